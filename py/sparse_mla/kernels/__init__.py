@@ -1,0 +1,1 @@
+"""Triton kernels of sparse_mla: top-k index conversion, KV-cache writer, sparse MLA attention."""

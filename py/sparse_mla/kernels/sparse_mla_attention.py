@@ -1,0 +1,766 @@
+"""Fused sparse MLA attention in Triton: request-local top-k positions in, attention out, one launch.
+
+DeepSeek-V3.2's sparse MLA attends, for query token ``t``, the (at most) ``K = 2048`` positions its
+lightning indexer picked inside the token's request. Every query head attends the same positions of
+one shared latent head: slot ``[c_kv (512) | k_rope (64)]`` of the bf16 cache `[num_blocks, 64, 576]`.
+
+What one launch does
+--------------------
+* **Index translation in the kernel.** Each program reads its slice of the token's top-k row and
+  finds the cache slot of position ``p`` as ``block_table[req_id[t], p // 64] * 64 + p % 64``.
+  Entries that are ``-1``, ``>= token_kv_len[t]``, past the block table's width, or whose block id
+  lies outside ``[0, num_blocks)`` are masked out wherever they sit in the row (and never read), so
+  no slot-id tensor and no separate conversion launch is needed.
+* **All heads of a token per KV row.** A program owns ``block_h`` query heads of one token (padded in
+  registers, never in memory: ``tl.dot`` needs at least 16 rows) and a ``[block_n, 576]`` tile of
+  gathered KV rows per loop step, so each row is read once for all the heads it serves.
+  Scores ``q_nope·c_kv + q_rope·k_rope`` and the value product ``p·c_kv`` are ``tl.dot`` on bf16
+  with fp32 accumulation; the softmax is an fp32 online softmax in base 2 (``log2(e)`` is folded into
+  the scale, so each exponential is one ``exp2``).
+* **Split-KV with an in-kernel merge.** For few tokens, ``num_splits`` programs share a token's
+  top-k row (and ``512 / block_dv`` programs share its output columns), so the whole GPU works on a
+  single token. Each program writes its normalized partial output and base-2 log-sum-exp to a
+  persistent fp32 workspace, then bumps an arrival counter of its (token, head block, column block)
+  group with a release/acquire atomic; the program that arrives last merges the group's partials
+  into ``out``/``lse`` and resets the counter to zero, so the next launch -- or the next replay of a
+  CUDA graph -- finds it clean. No second kernel.
+
+Numerics: fully masked tiles use a zero base instead of ``-inf`` (no ``inf - inf``), a token with no
+valid position gets ``out = 0`` and ``lse = -inf``; padded heads load zero queries and are not stored.
+
+CUDA graphs: no host synchronization, no data-dependent shapes; the launch configuration depends on
+``(T, N, SM count, K)`` only. The split-KV workspace (:class:`SplitWorkspace`) is allocated once and
+reused, so its addresses stay fixed between capture and replay; see :func:`sparse_mla_attention`.
+
+Triton's interpreter (CPU tests): bf16 ``tl.dot`` is wrong there, so the kernel upcasts its dot
+operands to fp32 under the ``DOT_FP32`` constexpr (:mod:`sparse_mla.kernels.triton_support`); loops
+have constexpr trip counts because the interpreter cannot iterate over runtime bounds.
+
+Launch configuration: :class:`LaunchConfig` (heads, top-k entries and output columns per program,
+split count, warps, pipeline stages), by default from :func:`default_launch_config`; every field can
+be overridden per call, which is how ``tools/bench.py --sweep`` tunes it.
+
+Example
+-------
+>>> out, lse = sparse_mla_attention(q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len,
+...                                 block_table, softmax_scale=DEEPSEEK_V32_SOFTMAX_SCALE, return_lse=True)
+"""
+
+import dataclasses
+import functools
+import math
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+import triton
+import triton.language as tl
+
+from sparse_mla.checks import check_same_device, check_tensor
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.kernels.triton_support import dot_in_fp32, kernel_device_type
+
+MAX_NUM_HEADS = 128
+"""Most query heads per token served (DeepSeek-V3.2 has 128 before tensor parallelism)."""
+
+MIN_DOT_ROWS = 16
+"""``tl.dot`` needs at least 16 rows, so a program always holds at least 16 (possibly padded) heads."""
+
+LOG2_E = math.log2(math.e)
+"""Scores are scaled by ``softmax_scale * log2(e)`` so that the softmax runs on ``exp2``."""
+
+LN_2 = math.log(2.0)
+"""Converts the kernel's base-2 log-sum-exp to the natural log the API returns."""
+
+MERGE_ELEMS_PER_THREAD = 64
+"""fp32 partial-output values each thread holds per step of the split merge (a register budget)."""
+
+THREADS_PER_WARP = 32
+"""NVIDIA warp width, for the merge's register budget."""
+
+# --------------------------------------------------------------------------------------------------
+# The kernel
+
+
+# Sizes that vary from call to call are not specialized (Triton would compile a variant for values equal
+# to 1 or divisible by 16): one compiled kernel per launch configuration serves every batch.
+@triton.jit(do_not_specialize=["num_heads", "topk", "num_reqs", "max_blocks", "num_blocks", "num_splits"])
+def _sparse_mla_attention_kernel(
+    q_nope_ptr,  # [T, N, 512] bf16, unit stride along the last dim
+    q_nope_stride_t,
+    q_nope_stride_h,
+    q_rope_ptr,  # [T, N, 64] bf16, unit stride along the last dim
+    q_rope_stride_t,
+    q_rope_stride_h,
+    kv_ptr,  # [num_blocks * 64, 576] bf16, contiguous
+    topk_ptr,  # [T, K] int32 request-local positions, -1 = none
+    topk_stride_t,
+    topk_stride_k,
+    req_id_ptr,  # [T] int32
+    req_id_stride,
+    kv_len_ptr,  # [T] int32
+    kv_len_stride,
+    block_table_ptr,  # [R, max_blocks] int32
+    block_table_stride_r,
+    block_table_stride_b,
+    out_ptr,  # [T, N, 512] bf16, unit stride along the last dim
+    out_stride_t,
+    out_stride_h,
+    lse_ptr,  # [T, N] fp32, written when HAS_LSE
+    lse_stride_t,
+    lse_stride_h,
+    part_out_ptr,  # [T, S, HB, DVB, BLOCK_H, BLOCK_DV] fp32 workspace (SPLIT only)
+    part_lse_ptr,  # [T, S, HB, DVB, BLOCK_H] fp32 workspace, base-2 LSE (SPLIT only)
+    counter_ptr,  # [T, HB, DVB] int32 workspace, zero between launches (SPLIT only)
+    num_heads,
+    topk,
+    num_reqs,
+    max_blocks,
+    num_blocks,
+    num_splits,  # S
+    scale_log2,  # softmax_scale * log2(e)
+    LORA_RANK: tl.constexpr,
+    ROPE_DIM: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    LN2: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    SPLIT_ITERS: tl.constexpr,  # loop steps per split: a split covers SPLIT_ITERS * BLOCK_N top-k columns
+    SPLIT: tl.constexpr,  # S > 1
+    SPLIT_PAD: tl.constexpr,  # S rounded up to a power of 2
+    MERGE_H: tl.constexpr,
+    MERGE_DV: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    # Program -> (token, split, head block, column block). The programs of one token and split are
+    # adjacent in launch order, so the ones reading the same KV rows run together (L2 reuse).
+    NUM_DV: tl.constexpr = LORA_RANK // BLOCK_DV
+    num_head_blocks = tl.cdiv(num_heads, BLOCK_H)
+    pid = tl.program_id(0)
+    dv_block = pid % NUM_DV
+    rest = pid // NUM_DV
+    head_block = rest % num_head_blocks
+    rest = rest // num_head_blocks
+    split = rest % num_splits
+    token = (rest // num_splits).to(tl.int64)
+
+    req = tl.load(req_id_ptr + token * req_id_stride).to(tl.int64)
+    kv_len = tl.load(kv_len_ptr + token * kv_len_stride)
+    kv_len = tl.where((req >= 0) & (req < num_reqs), kv_len, 0)  # a bad request row: nothing is valid
+
+    heads = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < num_heads
+    d_nope = tl.arange(0, LORA_RANK)
+    d_rope = tl.arange(0, ROPE_DIM)
+    d_out = dv_block * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    q_nope = tl.load(
+        q_nope_ptr + token * q_nope_stride_t + heads[:, None] * q_nope_stride_h + d_nope[None, :],
+        mask=head_ok[:, None],
+        other=0.0,
+    )  # [BLOCK_H, 512]
+    q_rope = tl.load(
+        q_rope_ptr + token * q_rope_stride_t + heads[:, None] * q_rope_stride_h + d_rope[None, :],
+        mask=head_ok[:, None],
+        other=0.0,
+    )  # [BLOCK_H, 64]
+    if DOT_FP32:  # sparse_mla.kernels.triton_support: the interpreter's bf16 tl.dot is wrong
+        q_nope = q_nope.to(tl.float32)
+        q_rope = q_rope.to(tl.float32)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)  # running max of the base-2 scores
+    l_i = tl.zeros([BLOCK_H], tl.float32)  # running softmax denominator, relative to m_i
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)  # running numerator, relative to m_i
+    topk_row = topk_ptr + token * topk_stride_t
+    block_table_row = block_table_ptr + req * block_table_stride_r
+    col_begin = split * (SPLIT_ITERS * BLOCK_N)
+    col_end = tl.minimum(col_begin + SPLIT_ITERS * BLOCK_N, topk)
+    # A constexpr trip count: Triton's interpreter cannot run a loop with runtime bounds (numpy >= 2.4
+    # refuses its one-element-array loop bounds), and the pipeliner likes a known count.
+    for step in range(SPLIT_ITERS):
+        cols = col_begin + step * BLOCK_N + tl.arange(0, BLOCK_N)
+        pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
+        block_col = pos // BLOCK_SIZE
+        valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
+        block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
+        valid = valid & (block >= 0) & (block < num_blocks)
+        row = (block.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_SIZE  # [BLOCK_N] slot offsets
+        c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
+        k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
+        if BLOCK_DV == LORA_RANK:
+            v = c_kv  # the tile already holds every value column
+        else:
+            v = tl.load(kv_ptr + row[:, None] + d_out[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, BLOCK_DV]
+        if DOT_FP32:
+            c_kv = c_kv.to(tl.float32)
+            k_rope = k_rope.to(tl.float32)
+            v = v.to(tl.float32)
+
+        s = tl.dot(q_nope, tl.trans(c_kv))
+        s = tl.dot(q_rope, tl.trans(k_rope), s)  # [BLOCK_H, BLOCK_N] fp32
+        s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: no inf - inf
+        alpha = tl.exp2(m_i - m_base)
+        p = tl.exp2(s - m_base[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p = p.to(kv_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
+        if DOT_FP32:
+            p = p.to(tl.float32)
+        acc = tl.dot(p, v, acc * alpha[:, None])
+        m_i = m_new
+
+    has_any = l_i > 0.0
+    l_safe = tl.where(has_any, l_i, 1.0)
+    o = acc / l_safe[:, None]  # [BLOCK_H, BLOCK_DV]; 0 for a head without a valid position
+    lse2 = tl.where(has_any, m_i + tl.log2(l_safe), float("-inf"))  # [BLOCK_H] base-2 LSE
+
+    if SPLIT:
+        # Publish this program's partial result, then arrive; the last program of the group merges.
+        program = ((token * num_splits + split) * num_head_blocks + head_block) * NUM_DV + dv_block
+        h_local = tl.arange(0, BLOCK_H)
+        tl.store(
+            part_out_ptr + program * (BLOCK_H * BLOCK_DV) + h_local[:, None] * BLOCK_DV + tl.arange(0, BLOCK_DV)[None, :],
+            o,
+            mask=head_ok[:, None],
+        )
+        tl.store(part_lse_ptr + program * BLOCK_H + h_local, lse2, mask=head_ok)
+        # All threads' stores come before the barrier, the barrier before the single gpu-scope release
+        # of the counter update (CUDA's __syncthreads + release pattern); the last arrival's acquire
+        # then orders its reads of the other programs' partials after their stores.
+        tl.debug_barrier()
+        group = (token * num_head_blocks + head_block) * NUM_DV + dv_block
+        arrived = tl.atomic_add(counter_ptr + group, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            _merge_splits(
+                part_out_ptr,
+                part_lse_ptr,
+                out_ptr + token * out_stride_t,
+                out_stride_h,
+                lse_ptr + token * lse_stride_t,
+                lse_stride_h,
+                token,
+                head_block,
+                dv_block,
+                num_head_blocks,
+                num_heads,
+                num_splits,
+                LORA_RANK,
+                LN2,
+                BLOCK_H,
+                BLOCK_DV,
+                SPLIT_PAD,
+                MERGE_H,
+                MERGE_DV,
+                HAS_LSE,
+            )
+            tl.store(counter_ptr + group, 0)  # clean for the next launch or graph replay
+    else:
+        out_rows = out_ptr + token * out_stride_t + heads[:, None] * out_stride_h
+        tl.store(out_rows + d_out[None, :], o.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+        if HAS_LSE:
+            lse_ptrs = lse_ptr + token * lse_stride_t + heads * lse_stride_h
+            tl.store(lse_ptrs, lse2 * LN2, mask=head_ok & (dv_block == 0))
+
+
+@triton.jit
+def _merge_splits(
+    part_out_ptr,  # [T, S, HB, DVB, BLOCK_H, BLOCK_DV] fp32
+    part_lse_ptr,  # [T, S, HB, DVB, BLOCK_H] fp32, base 2
+    out_row_ptr,  # out[token]: [N, 512] bf16
+    out_stride_h,
+    lse_row_ptr,  # lse[token]: [N] fp32
+    lse_stride_h,
+    token,
+    head_block,
+    dv_block,
+    num_head_blocks,
+    num_heads,
+    num_splits,
+    LORA_RANK: tl.constexpr,
+    LN2: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    SPLIT_PAD: tl.constexpr,
+    MERGE_H: tl.constexpr,
+    MERGE_DV: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+):
+    """Combine the ``S`` partial results of one (token, head block, column block) group.
+
+    ``out = Σ_s 2^(lse_s - M) o_s / Σ_s 2^(lse_s - M)`` and ``lse = M + log2 Σ_s 2^(lse_s - M)`` with
+    ``M = max_s lse_s``; a split without a valid position has ``lse_s = -inf`` and weighs 0. Steps of
+    `[SPLIT_PAD, MERGE_H, MERGE_DV]` values; the partials come from other programs, so the loads use
+    ``.cg`` (L2, never a stale L1 line).
+    """
+    NUM_DV: tl.constexpr = LORA_RANK // BLOCK_DV
+    splits = tl.arange(0, SPLIT_PAD)
+    split_ok = splits < num_splits
+    programs = ((token * num_splits + splits) * num_head_blocks + head_block) * NUM_DV + dv_block  # [SPLIT_PAD]
+    heads_here = tl.minimum(num_heads - head_block * BLOCK_H, BLOCK_H)
+    for h0 in range(0, BLOCK_H, MERGE_H):  # constexpr bounds, see the top-k loop
+        if h0 < heads_here:
+            h_local = h0 + tl.arange(0, MERGE_H)
+            h_ok = h_local < heads_here
+            lse_parts = tl.load(
+                part_lse_ptr + programs[:, None] * BLOCK_H + h_local[None, :],
+                mask=split_ok[:, None] & h_ok[None, :],
+                other=float("-inf"),
+                cache_modifier=".cg",
+            )  # [SPLIT_PAD, MERGE_H]
+            lse_max = tl.max(lse_parts, 0)
+            base = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+            weight = tl.exp2(lse_parts - base[None, :])  # [SPLIT_PAD, MERGE_H]
+            weight_sum = tl.sum(weight, 0)
+            has_any = weight_sum > 0.0
+            sum_safe = tl.where(has_any, weight_sum, 1.0)
+            inv_sum = tl.where(has_any, 1.0 / sum_safe, 0.0)
+            heads = head_block * BLOCK_H + h_local
+            for d0 in tl.static_range(0, BLOCK_DV, MERGE_DV):
+                d_local = d0 + tl.arange(0, MERGE_DV)
+                o_parts = tl.load(
+                    part_out_ptr
+                    + programs[:, None, None] * (BLOCK_H * BLOCK_DV)
+                    + h_local[None, :, None] * BLOCK_DV
+                    + d_local[None, None, :],
+                    mask=split_ok[:, None, None] & h_ok[None, :, None],
+                    other=0.0,
+                    cache_modifier=".cg",
+                )  # [SPLIT_PAD, MERGE_H, MERGE_DV]
+                merged = tl.sum(o_parts * weight[:, :, None], 0) * inv_sum[:, None]  # [MERGE_H, MERGE_DV]
+                tl.store(
+                    out_row_ptr + heads[:, None] * out_stride_h + (dv_block * BLOCK_DV + d_local)[None, :],
+                    merged.to(out_row_ptr.dtype.element_ty),
+                    mask=h_ok[:, None],
+                )
+            if HAS_LSE:
+                lse = tl.where(has_any, (base + tl.log2(sum_safe)) * LN2, float("-inf"))
+                tl.store(lse_row_ptr + heads * lse_stride_h, lse, mask=h_ok & (dv_block == 0))
+
+
+# --------------------------------------------------------------------------------------------------
+# Launch configuration
+
+MAX_COLUMN_BLOCKS = 8
+"""At most 8 programs share a token's KV rows by output columns (``block_dv >= 64``)."""
+
+DEFAULT_BLOCK_N = 32
+"""Top-k entries per loop step: a `[32, 576]` bf16 tile (36 KiB) per pipeline stage."""
+
+DEFAULT_NUM_STAGES = 3
+"""Pipelining depth: the top-k, block-table and KV loads are three dependent levels."""
+
+KV_ROW_BYTES = KV_CACHE_HEAD_SIZE * 2
+"""One gathered bf16 cache slot: 1152 bytes."""
+
+PARTIAL_BYTES = 4
+"""Partial outputs are fp32."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """How one call is cut into programs (Triton CTAs). Every field but ``num_splits`` is a power of 2.
+
+    A call runs ``T * num_splits * ceil(N / block_h) * (512 / block_dv)`` programs.
+    """
+
+    block_h: int  # query heads per program, >= 16 (tl.dot's minimum rows; extra rows are masked)
+    block_n: int  # top-k entries (gathered KV rows) per loop step, >= 16
+    block_dv: int  # output columns per program, divides 512; below 512 the QK product is repeated
+    num_splits: int  # programs sharing one token's top-k row; 1 = no workspace and no merge
+    num_warps: int
+    num_stages: int  # software-pipelining depth of the top-k loop (Triton's num_stages)
+
+
+def _critical_path_bytes(
+    num_tokens: int, head_blocks: int, block_h: int, splits: int, column_blocks: int, topk: int, num_sms: int
+) -> int:
+    """Bytes one SM moves on the critical path: its KV rows per wave of programs, then one group's merge."""
+    programs = num_tokens * head_blocks * splits * column_blocks
+    waves = triton.cdiv(programs, num_sms)
+    rows = waves * triton.cdiv(topk, splits) * KV_ROW_BYTES
+    merge = splits * block_h * (KV_LORA_RANK // column_blocks) * PARTIAL_BYTES if splits > 1 else 0
+    return rows + merge
+
+
+@functools.lru_cache(maxsize=4096)
+def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> LaunchConfig:
+    """The launch configuration used when the caller gives none; a function of its arguments only.
+
+    Rules (starting points for the H200 sweep of ``tools/bench.py --sweep``):
+
+    1. ``block_h``: 16 heads for ``N <= 16``, 32 for ``N <= 32``, else 64 (Hopper's wgmma tile rows;
+       smaller blocks use mma.sync).
+    2. ``num_splits`` and ``block_dv`` minimize a byte model of one SM's critical path
+       (:func:`_critical_path_bytes`): the KV rows of its programs, ``waves * ceil(K / splits) * 1152``
+       with ``waves = ceil(programs / num_sms)``, plus the merge the last program of a group does
+       alone, ``splits * block_h * block_dv * 4`` fp32 bytes. Few tokens thus split their top-k row
+       until the SMs fill, and cut the output columns (``block_dv < 512``, at most 8 blocks) to keep
+       the merges small. Ties go to fewer programs. When ``T * ceil(N / block_h)`` programs fill
+       the SMs already, nothing is split.
+    3. ``num_warps``: 8 where a program holds a `[>= 32, >= 256]` fp32 accumulator, else 4.
+
+    Parameters
+    ----------
+    num_tokens, num_heads : int
+        ``T`` and ``N`` of the call.
+    num_sms : int
+        Streaming multiprocessors of the GPU (132 on an H200).
+    topk : int
+        Width ``K`` of the top-k rows (2048 for DeepSeek-V3.2).
+
+    Returns
+    -------
+    LaunchConfig
+    """
+    block_h = MIN_DOT_ROWS if num_heads <= MIN_DOT_ROWS else 32 if num_heads <= 32 else 64
+    block_n = DEFAULT_BLOCK_N
+    head_blocks = triton.cdiv(num_heads, block_h)
+    tokens = max(num_tokens, 1)
+    splits, column_blocks = 1, 1
+    if tokens * head_blocks < num_sms:  # else the SMs are full already: never split
+        candidates = [
+            (_critical_path_bytes(tokens, head_blocks, block_h, s, blocks, topk, num_sms), s * blocks, s, blocks)
+            for blocks in (1 << i for i in range(MAX_COLUMN_BLOCKS.bit_length()))
+            for s in range(1, max(triton.cdiv(topk, block_n), 1) + 1)
+        ]
+        _, _, splits, column_blocks = min(candidates)
+    block_dv = KV_LORA_RANK // column_blocks
+    num_warps = 8 if block_h >= 32 and block_dv >= 256 else 4
+    return LaunchConfig(block_h, block_n, block_dv, splits, num_warps, DEFAULT_NUM_STAGES)
+
+
+def _check_config(config: LaunchConfig) -> None:
+    """Raise ``ValueError`` naming the first field of ``config`` the kernel cannot run."""
+    pow2 = lambda x: x > 0 and x & (x - 1) == 0  # noqa: E731
+    rules = [
+        ("block_h", pow2(config.block_h) and MIN_DOT_ROWS <= config.block_h <= MAX_NUM_HEADS, "a power of 2 in [16, 128]"),
+        ("block_n", pow2(config.block_n) and config.block_n >= MIN_DOT_ROWS, "a power of 2 >= 16"),
+        ("block_dv", pow2(config.block_dv) and MIN_DOT_ROWS <= config.block_dv <= KV_LORA_RANK, "a power of 2 in [16, 512]"),
+        ("num_splits", config.num_splits >= 1, "an int >= 1"),
+        ("num_warps", pow2(config.num_warps), "a power of 2"),
+        ("num_stages", config.num_stages >= 1, "an int >= 1"),
+    ]
+    for name, ok, want in rules:
+        if not ok:
+            raise ValueError(f"sparse_mla: launch config '{name}' expected {want}, got {getattr(config, name)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """A :class:`LaunchConfig` resolved for one call's shapes (:func:`plan_launch`)."""
+
+    config: LaunchConfig
+    num_splits: int  # effective: no empty split
+    cols_per_split: int  # top-k columns per split, a multiple of block_n
+    head_blocks: int
+    column_blocks: int
+    split_pad: int  # num_splits rounded up to a power of 2 (merge tile)
+    merge_h: int  # heads per merge step
+    merge_dv: int  # columns per merge step
+
+    @property
+    def num_programs_per_token(self) -> int:
+        return self.num_splits * self.head_blocks * self.column_blocks
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(x, 1).bit_length() - 1)
+
+
+def plan_launch(num_heads: int, topk: int, config: LaunchConfig) -> LaunchPlan:
+    """Resolve ``config`` for ``N`` heads and top-k width ``topk``: drop empty splits, size the merge tile.
+
+    The top-k row is cut into ``ceil(K / cols_per_split)`` splits of ``cols_per_split`` columns, a
+    multiple of ``block_n``, so the effective split count may be below ``config.num_splits``.
+    """
+    cols_per_split = triton.cdiv(triton.cdiv(max(topk, 1), config.num_splits), config.block_n) * config.block_n
+    num_splits = max(triton.cdiv(topk, cols_per_split), 1)
+    split_pad = triton.next_power_of_2(num_splits)
+    merge_elems = MERGE_ELEMS_PER_THREAD * THREADS_PER_WARP * config.num_warps  # [split_pad, merge_h, merge_dv]
+    merge_dv = min(config.block_dv, _pow2_floor(merge_elems // split_pad))
+    merge_h = min(config.block_h, _pow2_floor(merge_elems // (split_pad * merge_dv)))
+    return LaunchPlan(
+        config=config,
+        num_splits=num_splits,
+        cols_per_split=cols_per_split,
+        head_blocks=triton.cdiv(num_heads, config.block_h),
+        column_blocks=KV_LORA_RANK // config.block_dv,
+        split_pad=split_pad,
+        merge_h=merge_h,
+        merge_dv=merge_dv,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Split-KV workspace
+
+
+class SplitWorkspace:
+    """Persistent scratch of the split-KV merge: partial outputs, partial LSEs, arrival counters.
+
+    The counters are zero between launches: the kernel's merging program resets its group's counter.
+    Buffers never move once allocated, so a CUDA graph captured with a workspace replays correctly as
+    long as the workspace lives and is large enough for the captured shapes. One workspace serves one
+    stream at a time (concurrent launches on two streams would share counters).
+
+    Parameters
+    ----------
+    device : torch.device
+    partial_values : int
+        fp32 partial-output values, ``T * splits * head_blocks * block_h * 512`` for a call.
+    partial_lse_values : int
+        fp32 partial LSE values, ``T * splits * head_blocks * column_blocks * block_h``.
+    num_counters : int
+        int32 arrival counters, ``T * head_blocks * column_blocks``.
+
+    Example
+    -------
+    >>> ws = SplitWorkspace.for_max_tokens(max_num_tokens=64, num_heads=16, device=torch.device("cuda"))
+    >>> out = sparse_mla_attention(..., workspace=ws)
+    """
+
+    def __init__(self, device: torch.device, partial_values: int, partial_lse_values: int, num_counters: int):
+        self.partial_out = torch.empty(max(partial_values, 1), dtype=torch.float32, device=device)  # [...] fp32
+        self.partial_lse = torch.empty(max(partial_lse_values, 1), dtype=torch.float32, device=device)  # [...] fp32
+        self.counters = torch.zeros(max(num_counters, 1), dtype=torch.int32, device=device)  # [...] int32, zero
+
+    @staticmethod
+    def sizes(num_tokens: int, num_heads: int, topk: int, config: LaunchConfig) -> Tuple[int, int, int]:
+        """``(partial_values, partial_lse_values, num_counters)`` one call needs (zeros: no split)."""
+        plan = plan_launch(num_heads, topk, config)
+        if plan.num_splits == 1:
+            return 0, 0, 0
+        programs = num_tokens * plan.num_programs_per_token
+        return (
+            programs * config.block_h * config.block_dv,
+            programs * config.block_h,
+            num_tokens * plan.head_blocks * plan.column_blocks,
+        )
+
+    @classmethod
+    def for_max_tokens(
+        cls, max_num_tokens: int, num_heads: int, device: torch.device, topk: int, num_sms: Optional[int] = None
+    ) -> "SplitWorkspace":
+        """A workspace for every call of up to ``max_num_tokens`` tokens under :func:`default_launch_config`."""
+        sms = _num_sms(device) if num_sms is None else num_sms
+        need = [0, 0, 0]
+        for t in range(1, max_num_tokens + 1):
+            config = default_launch_config(t, num_heads, sms, topk)
+            need = [max(a, b) for a, b in zip(need, cls.sizes(t, num_heads, topk, config))]
+            if t * triton.cdiv(num_heads, config.block_h) >= sms:
+                break  # the SMs are full without splitting: larger batches never split (rule 2)
+        return cls(device, *need)
+
+    def fits(self, sizes: Tuple[int, int, int]) -> bool:
+        """Whether this workspace holds a call of the given :meth:`sizes`."""
+        have = (self.partial_out.numel(), self.partial_lse.numel(), self.counters.numel())
+        return all(n <= h for n, h in zip(sizes, have))
+
+
+_default_workspaces: Dict[torch.device, SplitWorkspace] = {}
+_retired_workspaces: List[SplitWorkspace] = []  # kept alive: graphs captured earlier may still use them
+
+
+def _default_workspace(device: torch.device, sizes: Tuple[int, int, int]) -> SplitWorkspace:
+    """The per-device workspace used when the caller passes none; grows (outside graph capture) on demand."""
+    ws = _default_workspaces.get(device)
+    if ws is not None and ws.fits(sizes):
+        return ws
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "sparse_mla: the default split-KV workspace is too small for this call and cannot grow during CUDA "
+            "graph capture: run the largest shape once before capturing, or pass workspace=SplitWorkspace(...)"
+        )
+    if ws is not None:
+        _retired_workspaces.append(ws)
+        sizes = tuple(max(n, h) for n, h in zip(sizes, (ws.partial_out.numel(), ws.partial_lse.numel(), ws.counters.numel())))
+    ws = SplitWorkspace(device, *sizes)
+    _default_workspaces[device] = ws
+    return ws
+
+
+INTERPRETER_NUM_SMS = 4
+"""SM count the default configuration assumes in Triton's interpreter (CPU): few programs, fast tests."""
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return INTERPRETER_NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# --------------------------------------------------------------------------------------------------
+# Public entry point
+
+
+def sparse_mla_attention(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    softmax_scale: float,
+    *,
+    out: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+    return_lse: bool = False,
+    num_splits: Optional[int] = None,
+    config: Optional[LaunchConfig] = None,
+    workspace: Optional[SplitWorkspace] = None,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Sparse MLA attention of DeepSeek-V3.2 over request-local top-k positions, in one kernel launch.
+
+    For token ``t`` and head ``h``, over the valid positions ``p`` of ``topk_indices[t]`` (slot
+    ``s = block_table[req_id[t], p // 64] * 64 + p % 64``):
+    ``score_p = (q_nope[t,h]·c_kv[s] + q_rope[t,h]·k_rope[s]) * softmax_scale``,
+    ``out[t,h] = Σ_p softmax(score)_p c_kv[s]``, ``lse[t,h] = log Σ_p exp(score_p)``.
+    A position is valid when ``0 <= p < token_kv_len[t]``, ``p // 64 < max_blocks`` and the block id
+    lies in ``[0, num_blocks)``; others (``-1`` included) are skipped wherever they sit in the row.
+    A token without a valid position gets ``out = 0`` and ``lse = -inf``.
+
+    No host synchronization and, with ``out`` (and ``lse``) given and a :class:`SplitWorkspace` large
+    enough, no allocation: the call can be captured in a CUDA graph and replayed with new contents.
+
+    Parameters
+    ----------
+    q_nope : torch.Tensor
+        `[T, N, 512]` bf16, ``1 <= N <= 128``; unit stride in the last dim (views of a `[T, N, 576]`
+        tensor are fine).
+    q_rope : torch.Tensor
+        `[T, N, 64]` bf16, unit stride in the last dim.
+    kv_cache : torch.Tensor
+        `[num_blocks, 64, 576]` bf16, contiguous; slot = `[c_kv (512) | k_rope (64)]`.
+    topk_indices : torch.Tensor
+        `[T, K]` int32 positions inside each token's request, ``-1`` = none (K = 2048 for DeepSeek-V3.2).
+    req_id : torch.Tensor
+        `[T]` int32 row of ``block_table`` of each token; outside ``[0, R)`` = no valid position.
+    token_kv_len : torch.Tensor
+        `[T]` int32 causal length of each token.
+    block_table : torch.Tensor
+        `[R, max_blocks]` int32 cache block ids of each request.
+    softmax_scale : float
+        Score scale (DeepSeek-V3.2: ``192 ** -0.5``, :data:`sparse_mla.constants.DEEPSEEK_V32_SOFTMAX_SCALE`).
+    out : torch.Tensor, optional
+        `[T, N, 512]` bf16 output buffer, unit stride in the last dim. Allocated when ``None``.
+    lse : torch.Tensor, optional
+        `[T, N]` fp32 buffer for the natural-log LSE; when given, the LSE is written there.
+    return_lse : bool
+        Return ``(out, lse)`` instead of ``out`` (``lse`` allocated when not given).
+    num_splits : int, optional
+        Overrides the split count of the launch configuration (programs per token's top-k row).
+    config : LaunchConfig, optional
+        Full launch configuration; :func:`default_launch_config` of ``(T, N, SM count, K)`` when ``None``.
+    workspace : SplitWorkspace, optional
+        Split-KV scratch. When ``None`` a per-device default is used that grows on demand outside graph
+        capture (earlier buffers are kept alive for graphs that captured them).
+
+    Returns
+    -------
+    torch.Tensor or tuple of torch.Tensor
+        ``out`` `[T, N, 512]` bf16, and ``lse`` `[T, N]` fp32 when ``return_lse``.
+
+    Raises
+    ------
+    TypeError
+        A tensor has another dtype.
+    ValueError
+        A shape, stride or device is wrong, ``N`` is outside ``[1, 128]``, the launch configuration is
+        invalid, or the given workspace is too small.
+    RuntimeError
+        The default workspace would have to grow during CUDA graph capture.
+
+    Example
+    -------
+    >>> out = sparse_mla_attention(q_nope, q_rope, kv_cache, topk, req_id, token_kv_len, block_table,
+    ...                            DEEPSEEK_V32_SOFTMAX_SCALE)   # [T, N, 512] bf16
+    """
+    device = kernel_device_type()
+    check_tensor("q_nope", q_nope, shape=(None, None, KV_LORA_RANK), dtype=torch.bfloat16, device=device)
+    num_tokens, num_heads, _ = q_nope.shape
+    if not 1 <= num_heads <= MAX_NUM_HEADS:
+        raise ValueError(f"sparse_mla: argument 'q_nope' expected 1 <= N <= {MAX_NUM_HEADS} heads, got {num_heads}")
+    check_tensor("q_rope", q_rope, shape=(num_tokens, num_heads, QK_ROPE_HEAD_DIM), dtype=torch.bfloat16)
+    check_tensor("kv_cache", kv_cache, shape=(None, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE), dtype=torch.bfloat16)
+    check_tensor("topk_indices", topk_indices, shape=(num_tokens, None), dtype=torch.int32)
+    check_tensor("req_id", req_id, shape=(num_tokens,), dtype=torch.int32)
+    check_tensor("token_kv_len", token_kv_len, shape=(num_tokens,), dtype=torch.int32)
+    check_tensor("block_table", block_table, shape=(None, None), dtype=torch.int32)
+    if out is None:
+        out = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=q_nope.device)
+    check_tensor("out", out, shape=(num_tokens, num_heads, KV_LORA_RANK), dtype=torch.bfloat16)
+    if lse is None and return_lse:
+        lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=q_nope.device)
+    if lse is not None:
+        check_tensor("lse", lse, shape=(num_tokens, num_heads), dtype=torch.float32)
+    tensors = dict(q_nope=q_nope, q_rope=q_rope, kv_cache=kv_cache, topk_indices=topk_indices, req_id=req_id,
+                   token_kv_len=token_kv_len, block_table=block_table, out=out)
+    check_same_device(**tensors, **({} if lse is None else {"lse": lse}))
+    for name in ("q_nope", "q_rope", "out"):
+        if tensors[name].stride(-1) != 1:
+            raise ValueError(f"sparse_mla: argument '{name}' expected unit stride in the last dim, got {tensors[name].stride()}")
+    if not kv_cache.is_contiguous():
+        raise ValueError(f"sparse_mla: argument 'kv_cache' expected a contiguous tensor, got strides {kv_cache.stride()}")
+
+    topk = topk_indices.shape[1]
+    if config is None:
+        config = default_launch_config(num_tokens, num_heads, _num_sms(q_nope.device), topk)
+    if num_splits is not None:
+        config = dataclasses.replace(config, num_splits=num_splits)
+    _check_config(config)
+    plan = plan_launch(num_heads, topk, config)
+    if num_tokens == 0:
+        return (out, lse) if return_lse else out
+
+    split = plan.num_splits > 1
+    if split:
+        sizes = SplitWorkspace.sizes(num_tokens, num_heads, topk, config)
+        if workspace is None:
+            workspace = _default_workspace(q_nope.device, sizes)
+        elif not workspace.fits(sizes):
+            raise ValueError(
+                f"sparse_mla: argument 'workspace' expected room for (partial values, partial LSEs, counters) = "
+                f"{sizes}, got {(workspace.partial_out.numel(), workspace.partial_lse.numel(), workspace.counters.numel())}"
+            )
+        part_out, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
+    else:
+        part_out = part_lse = counters = out  # not dereferenced: SPLIT is off
+    lse_arg = out if lse is None else lse  # not dereferenced without HAS_LSE
+
+    grid = (num_tokens * plan.num_programs_per_token,)
+    _sparse_mla_attention_kernel[grid](
+        q_nope, q_nope.stride(0), q_nope.stride(1),
+        q_rope, q_rope.stride(0), q_rope.stride(1),
+        kv_cache,
+        topk_indices, topk_indices.stride(0), topk_indices.stride(1),
+        req_id, req_id.stride(0),
+        token_kv_len, token_kv_len.stride(0),
+        block_table, block_table.stride(0), block_table.stride(1),
+        out, out.stride(0), out.stride(1),
+        lse_arg, lse_arg.stride(0), lse_arg.stride(1),
+        part_out, part_lse, counters,
+        num_heads, topk, block_table.shape[0], block_table.shape[1], kv_cache.shape[0],
+        plan.num_splits,
+        softmax_scale * LOG2_E,
+        LORA_RANK=KV_LORA_RANK,
+        ROPE_DIM=QK_ROPE_HEAD_DIM,
+        HEAD_SIZE=KV_CACHE_HEAD_SIZE,
+        BLOCK_SIZE=KV_BLOCK_SIZE,
+        LN2=LN_2,
+        BLOCK_H=config.block_h,
+        BLOCK_N=config.block_n,
+        BLOCK_DV=config.block_dv,
+        SPLIT_ITERS=plan.cols_per_split // config.block_n,
+        SPLIT=split,
+        SPLIT_PAD=plan.split_pad,
+        MERGE_H=plan.merge_h,
+        MERGE_DV=plan.merge_dv,
+        HAS_LSE=lse is not None,
+        DOT_FP32=dot_in_fp32(),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return (out, lse) if return_lse else out

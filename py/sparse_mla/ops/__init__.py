@@ -1,0 +1,1 @@
+"""Compiled ops: FA3 (sgl-attn) built by //cc."""

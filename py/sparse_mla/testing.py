@@ -1,0 +1,169 @@
+"""Random sparse-MLA batches for the tests and the benchmark.
+
+Everything is drawn from a seeded generator on the target device, with non-zero values, so that
+unwritten outputs and wrong indexing show up as errors.
+"""
+
+import dataclasses
+from typing import List, Sequence, Tuple
+
+import torch
+
+from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+
+INVALID_PATTERNS = ("end", "start", "scattered")
+"""Where the -1 entries of a top-k row sit: after the valid ones, before them, or shuffled in."""
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A generator on ``device`` seeded with ``seed``."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def make_kv_cache(num_blocks: int, device: torch.device, generator: torch.Generator) -> torch.Tensor:
+    """`[num_blocks, 64, 576]` bf16 cache of standard-normal values."""
+    shape = (num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
+    return torch.randn(shape, generator=generator, device=device).to(torch.bfloat16)
+
+
+def make_queries(
+    num_tokens: int, num_heads: int, device: torch.device, generator: torch.Generator
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`(q_nope [T, N, 512], q_rope [T, N, 64])` bf16 standard-normal queries."""
+    q = torch.randn(num_tokens, num_heads, KV_CACHE_HEAD_SIZE, generator=generator, device=device)
+    q = q.to(torch.bfloat16)
+    return q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]
+
+
+def make_topk_indices(
+    token_kv_len: torch.Tensor,
+    topk: int,
+    generator: torch.Generator,
+    pattern: str = "end",
+    drop_fraction: float = 0.0,
+) -> torch.Tensor:
+    """Distinct random positions below each token's length, `-1` where there are fewer than ``topk``.
+
+    Parameters
+    ----------
+    token_kv_len : torch.Tensor
+        `[T]` integer causal length of each token.
+    topk : int
+        Row width K.
+    generator : torch.Generator
+        On the device of ``token_kv_len``.
+    pattern : str
+        One of :data:`INVALID_PATTERNS`.
+    drop_fraction : float
+        Fraction of the valid entries additionally replaced by ``-1`` (holes inside the row).
+
+    Returns
+    -------
+    torch.Tensor
+        `[T, K]` int32.
+    """
+    if pattern not in INVALID_PATTERNS:
+        raise ValueError(f"sparse_mla: argument 'pattern' expected one of {INVALID_PATTERNS}, got {pattern!r}")
+    device = token_kv_len.device
+    num_tokens = token_kv_len.shape[0]
+    width = max(int(token_kv_len.max()) if num_tokens else 1, topk)
+    keys = torch.rand(num_tokens, width, generator=generator, device=device)
+    beyond = torch.arange(width, device=device)[None, :] >= token_kv_len[:, None]
+    keys = keys.masked_fill(beyond, 2.0)  # positions past the length sort last
+    picked = keys.argsort(dim=1)[:, :topk]
+    picked_keys = torch.gather(keys, 1, picked)
+    drop = torch.rand(num_tokens, topk, generator=generator, device=device) < drop_fraction
+    indices = picked.masked_fill((picked_keys > 1.0) | drop, -1)
+    if pattern == "start":
+        indices = indices.flip(1)
+    elif pattern == "scattered":
+        shuffle = torch.rand(num_tokens, topk, generator=generator, device=device).argsort(dim=1)
+        indices = torch.gather(indices, 1, shuffle)
+    return indices.to(torch.int32)
+
+
+@dataclasses.dataclass
+class SparseMLABatch:
+    """One step of several requests, each with ``query_lens[r]`` new tokens ending at ``seq_lens[r]``."""
+
+    seq_lens: List[int]  # per request, context including this step's tokens
+    query_lens: List[int]  # per request, tokens of this step
+    query_start_loc: torch.Tensor  # [R + 1] int32
+    block_table: torch.Tensor  # [R, max_blocks] int32, distinct random blocks
+    req_id: torch.Tensor  # [T] int32
+    token_kv_len: torch.Tensor  # [T] int32, causal length of each token
+    positions: torch.Tensor  # [T] int64, position of each token inside its request
+    slot_mapping: torch.Tensor  # [T] int64, cache slot each new token is written to
+    topk_indices: torch.Tensor  # [T, K] int32, request-local positions, -1 = none
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(self.query_lens))
+
+
+def make_batch(
+    seq_lens: Sequence[int],
+    query_lens: Sequence[int],
+    num_blocks: int,
+    generator: torch.Generator,
+    topk: int = INDEX_TOPK,
+    pattern: str = "end",
+    drop_fraction: float = 0.0,
+) -> SparseMLABatch:
+    """Block tables, positions, slot mapping and top-k rows for a batch of requests.
+
+    Token ``i`` of request ``r`` sits at position ``seq_lens[r] - query_lens[r] + i`` and may attend
+    the positions below ``position + 1`` (causal). Blocks are a random permutation of the cache.
+
+    Raises
+    ------
+    ValueError
+        If the requests need more than ``num_blocks`` blocks, or a query is longer than its sequence.
+    """
+    device = generator.device
+    if len(seq_lens) != len(query_lens):
+        raise ValueError(f"sparse_mla: 'seq_lens' and 'query_lens' expected equal lengths, got {len(seq_lens)} and {len(query_lens)}")
+    for s, q in zip(seq_lens, query_lens):
+        if not 0 < q <= s:
+            raise ValueError(f"sparse_mla: expected 0 < query_len <= seq_len, got query_len {q}, seq_len {s}")
+    blocks_per_req = [-(-s // KV_BLOCK_SIZE) for s in seq_lens]
+    max_blocks = max(blocks_per_req)
+    if sum(blocks_per_req) > num_blocks:
+        raise ValueError(f"sparse_mla: the batch needs {sum(blocks_per_req)} cache blocks, got num_blocks {num_blocks}")
+    pool = torch.randperm(num_blocks, generator=generator, device=device).to(torch.int32)
+    block_table = torch.zeros(len(seq_lens), max_blocks, dtype=torch.int32, device=device)
+    start = 0
+    for r, n in enumerate(blocks_per_req):
+        block_table[r, :n] = pool[start : start + n]
+        start += n
+    req_id = torch.repeat_interleave(
+        torch.arange(len(seq_lens), device=device), torch.tensor(list(query_lens), device=device)
+    )
+    positions = torch.cat(
+        [torch.arange(s - q, s, device=device) for s, q in zip(seq_lens, query_lens)]
+    )
+    token_kv_len = (positions + 1).to(torch.int32)
+    block_of_token = torch.gather(block_table[req_id], 1, (positions // KV_BLOCK_SIZE)[:, None])[:, 0]
+    slot_mapping = block_of_token.long() * KV_BLOCK_SIZE + positions % KV_BLOCK_SIZE
+    query_start_loc = torch.zeros(len(seq_lens) + 1, dtype=torch.int32, device=device)
+    query_start_loc[1:] = torch.cumsum(torch.tensor(list(query_lens), device=device), 0)
+    topk_indices = make_topk_indices(token_kv_len, topk, generator, pattern, drop_fraction)
+    return SparseMLABatch(
+        seq_lens=list(seq_lens),
+        query_lens=list(query_lens),
+        query_start_loc=query_start_loc,
+        block_table=block_table,
+        req_id=req_id.to(torch.int32),
+        token_kv_len=token_kv_len,
+        positions=positions,
+        slot_mapping=slot_mapping,
+        topk_indices=topk_indices,
+    )
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``‖out − ref‖ / ‖ref‖`` in float64; NaN anywhere in ``out`` gives ``inf``."""
+    out64, ref64 = out.double(), ref.double()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))

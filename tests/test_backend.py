@@ -1,0 +1,390 @@
+"""Backend description, metadata builder, Impl argument checks and FA3 split choice (CPU).
+
+The builder is plain PyTorch and runs on the CPU here; the conversion test runs the Triton kernel in
+the interpreter (TRITON_INTERPRET=1).
+"""
+
+import re
+from typing import List, Optional
+
+import pytest
+import torch
+
+from sparse_mla import routing, testing
+from sparse_mla.backend import (
+    FA3_ACCUM_BYTES_PER_ROW,
+    SparseMLABackend,
+    SparseMLAImpl,
+    SparseMLAMetadata,
+    SparseMLAMetadataBuilder,
+    fa3_num_splits,
+)
+from sparse_mla.common_metadata import CommonAttentionMetadata
+from sparse_mla.constants import (
+    DEEPSEEK_V32_SOFTMAX_SCALE,
+    INDEX_TOPK,
+    KV_BLOCK_SIZE,
+    KV_CACHE_HEAD_SIZE,
+    KV_LORA_RANK,
+    QK_ROPE_HEAD_DIM,
+)
+from sparse_mla.kernels.topk_to_slots import topk_to_slots
+from sparse_mla.kernels.triton_support import interpreting
+from sparse_mla.reference import sparse_mla_reference, topk_to_slots_reference
+
+CPU = torch.device("cpu")
+POISON = 0x7F7F7F7F
+MAX_TOKENS = 128
+MAX_REL_ERR = 1e-2
+
+
+def make_common(
+    seq_lens: List[int],
+    query_lens: List[int],
+    num_actual_tokens: Optional[int] = None,
+    num_padded_reqs: int = 0,
+    max_blocks: int = 4,
+    device: torch.device = CPU,
+) -> CommonAttentionMetadata:
+    """An engine step: padded request slots repeat the last query start and have seq_len 0."""
+    seq_lens = list(seq_lens) + [0] * num_padded_reqs
+    query_lens = list(query_lens) + [0] * num_padded_reqs
+    starts = [0]
+    for q in query_lens:
+        starts.append(starts[-1] + q)
+    num_tokens = starts[-1] if num_actual_tokens is None else num_actual_tokens
+    int32 = dict(dtype=torch.int32)
+    return CommonAttentionMetadata(
+        query_start_loc=torch.tensor(starts, device=device, **int32),
+        query_start_loc_cpu=torch.tensor(starts, **int32),
+        seq_lens=torch.tensor(seq_lens, device=device, **int32),
+        seq_lens_cpu=torch.tensor(seq_lens, **int32),
+        num_reqs=len(seq_lens),
+        num_actual_tokens=num_tokens,
+        max_query_len=max(query_lens, default=0),
+        max_seq_len=max(seq_lens, default=0),
+        slot_mapping=torch.arange(num_tokens, dtype=torch.int64, device=device),
+        block_table_tensor=torch.arange(len(seq_lens) * max_blocks, device=device, **int32).view(-1, max_blocks),
+    )
+
+
+def expected_per_token(seq_lens, query_lens, num_tokens, topk=INDEX_TOPK):
+    """(req_id, token_kv_len, kv_len_bound) lists from the definition, padding tokens last."""
+    req_id, kv_len = [], []
+    for r, (s, q) in enumerate(zip(seq_lens, query_lens)):
+        for i in range(q):
+            req_id.append(r)
+            kv_len.append(s - (q - 1 - i))
+    padding = num_tokens - len(req_id)
+    req_id += [0] * padding
+    kv_len += [0] * padding
+    return req_id, kv_len, [max(1, min(n, topk)) for n in kv_len]
+
+
+def poison(builder: SparseMLAMetadataBuilder) -> None:
+    for buf in (builder._req_id, builder._token_kv_len, builder._kv_len_bound, builder._cache_seqlens):
+        buf.fill_(POISON)
+
+
+# (seq_lens, query_lens, num_actual_tokens or None, padded request slots)
+BUILD_CASES = {
+    "decode": ([5, 100, 3000], [1, 1, 1], None, 0),
+    "prefill": ([3, 70], [3, 70], None, 0),
+    "mixed": ([2500, 64, 9], [1, 64, 2], None, 0),
+    "speculative": ([2100, 7], [3, 4], None, 0),
+    "padded_tokens": ([10, 20], [1, 1], 6, 0),
+    "padded_requests": ([10, 2049], [1, 2], 7, 2),
+    "all_padding_padded_requests": ([], [], 3, 2),
+    "all_padding_no_requests": ([], [], 5, 0),
+    "empty": ([], [], 0, 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUILD_CASES))
+def test_builder_per_token_metadata(case):
+    seq_lens, query_lens, num_tokens, padded_reqs = BUILD_CASES[case]
+    common = make_common(seq_lens, query_lens, num_tokens, padded_reqs)
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU)
+    poison(builder)
+    md = builder.build(0, common)
+    t = common.num_actual_tokens
+    req_id, kv_len, bound = expected_per_token(seq_lens, query_lens, t)
+    assert isinstance(md, SparseMLAMetadata) and md.num_actual_tokens == t and md.num_reqs == common.num_reqs
+    assert md.req_id.tolist() == req_id, f"req_id expected {req_id}, got {md.req_id.tolist()}"
+    assert md.token_kv_len.tolist() == kv_len, f"token_kv_len expected {kv_len}, got {md.token_kv_len.tolist()}"
+    assert md.kv_len_bound.tolist() == bound, f"kv_len_bound expected {bound}, got {md.kv_len_bound.tolist()}"
+    assert md.cu_seqlens_q.tolist() == list(range(t + 1)), "cu_seqlens_q expected 0..T"
+    assert md.page_table.shape == (t, INDEX_TOPK) and md.cache_seqlens.shape == (t,)
+    assert md.slot_mapping is common.slot_mapping and md.block_table is common.block_table_tensor
+    # The tail past T is reset to the safe padding values.
+    assert (builder._req_id[t:] == 0).all() and (builder._token_kv_len[t:] == 0).all()
+    assert (builder._kv_len_bound[t:] == 1).all() and (builder._cache_seqlens[t:] == 0).all()
+
+
+def test_builder_updates_the_same_buffers_in_place():
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU)
+    first = builder.build(0, make_common([50, 60], [4, 4]))
+    second = builder.build(0, make_common([7, 9], [1, 2], num_actual_tokens=8, num_padded_reqs=1))
+    for name in ("req_id", "token_kv_len", "kv_len_bound", "cu_seqlens_q", "page_table", "cache_seqlens"):
+        a, b = getattr(first, name), getattr(second, name)
+        assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, f"{name} expected the same buffer in both steps"
+    assert first.req_id.tolist() == [0, 1, 1, 0, 0, 0, 0, 0], "the first step's views expected the new contents"
+
+
+@pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("pattern", testing.INVALID_PATTERNS)
+def test_builder_then_conversion_matches_reference(pattern):
+    """Padding tokens carrying garbage top-k rows convert to zero valid slots; real ones as the reference."""
+    gen = testing.make_generator(CPU, seed=20)
+    num_blocks = 64
+    seq_lens, query_lens = [130, 1000, 40], [1, 3, 40]
+    batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, pattern=pattern, drop_fraction=0.2)
+    real, padded = batch.num_tokens, 3
+    common = make_common(seq_lens, query_lens, real + padded, num_padded_reqs=1, device=CPU)
+    common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
+    builder = SparseMLAMetadataBuilder(64, CPU)
+    md = builder.build(0, common)
+    assert torch.equal(md.req_id[:real], batch.req_id) and torch.equal(md.token_kv_len[:real], batch.token_kv_len)
+    garbage = torch.randint(0, 100, (padded, INDEX_TOPK), generator=gen, dtype=torch.int32)
+    topk = torch.cat([batch.topk_indices, garbage])
+    md.page_table.fill_(POISON)
+    md.cache_seqlens.fill_(POISON)
+    topk_to_slots(topk, md.req_id, md.token_kv_len, md.block_table, num_blocks,
+                  slot_ids=md.page_table, valid_count=md.cache_seqlens)
+    ref_slots, ref_count = topk_to_slots_reference(
+        batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks
+    )
+    assert torch.equal(md.cache_seqlens[:real], ref_count), "valid counts of real tokens differ from the reference"
+    assert torch.equal(md.page_table[:real], ref_slots), "slot ids of real tokens differ from the reference"
+    assert (md.cache_seqlens[real:] == 0).all(), "padding tokens expected 0 valid slots"
+    assert (md.page_table[real:] == 0).all(), "padding rows expected slot 0 everywhere"
+
+
+def test_builder_rejects_bad_steps():
+    builder = SparseMLAMetadataBuilder(4, CPU)
+    with pytest.raises(ValueError, match=r"'num_actual_tokens' expected in \[0, max_num_batched_tokens = 4\], got 5"):
+        builder.build(0, make_common([9], [5]))
+    with pytest.raises(NotImplementedError, match="cascade attention"):
+        builder.build(16, make_common([9], [1]))
+    common = make_common([9], [1])
+    common.query_start_loc = common.query_start_loc.long()
+    with pytest.raises(TypeError, match="argument 'query_start_loc' expected dtype torch.int32, got torch.int64"):
+        builder.build(0, common)
+    common = make_common([9, 3], [1, 1])
+    common.seq_lens = common.seq_lens[:1]
+    with pytest.raises(ValueError, match=r"argument 'seq_lens' expected shape \(2,?\), got \(1,\)"):
+        builder.build(0, common)
+    common = make_common([9], [2])
+    common.slot_mapping = common.slot_mapping.int()
+    with pytest.raises(TypeError, match="argument 'slot_mapping' expected dtype torch.int64, got torch.int32"):
+        builder.build(0, common)
+    with pytest.raises(ValueError, match="'max_num_batched_tokens' expected >= 1, got 0"):
+        SparseMLAMetadataBuilder(0, CPU)
+
+
+# ------------------------------------------------------------------------------------------------ backend
+
+
+def test_backend_description():
+    assert SparseMLABackend.get_name() == "SPARSE_MLA"
+    assert SparseMLABackend.get_supported_head_sizes() == [KV_CACHE_HEAD_SIZE]
+    assert SparseMLABackend.get_supported_kernel_block_sizes() == [KV_BLOCK_SIZE]
+    assert SparseMLABackend.supported_dtypes == [torch.bfloat16]
+    assert SparseMLABackend.supported_kv_cache_dtypes == ["auto"]
+    assert SparseMLABackend.supports_compute_capability((9, 0))
+    assert not SparseMLABackend.supports_compute_capability((8, 0))
+    assert not SparseMLABackend.supports_compute_capability((10, 0))
+    assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576) == (100, 64, 576)
+    assert SparseMLABackend.get_metadata_cls() is SparseMLAMetadata
+    assert SparseMLABackend.get_builder_cls() is SparseMLAMetadataBuilder
+    assert SparseMLABackend.get_impl_cls() is SparseMLAImpl
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((100, 16, 1, 576), "argument 'block_size' expected 64, got 16"),
+        ((100, 64, 2, 576), "argument 'num_kv_heads' expected 1, got 2"),
+        ((100, 64, 1, 512), "argument 'head_size' expected 576, got 512"),
+        ((100, 64, 1, 576, "fp8"), "argument 'cache_dtype_str' expected 'auto', got 'fp8'"),
+    ],
+)
+def test_kv_cache_shape_rejects_other_layouts(args, message):
+    with pytest.raises(ValueError, match=message):
+        SparseMLABackend.get_kv_cache_shape(*args)
+
+
+def test_validate_configuration_served():
+    reasons = SparseMLABackend.validate_configuration(576, torch.bfloat16, "auto", 64, device_capability=(9, 0))
+    # Everything but the extension is served; the extension needs a Hopper GPU and the Bazel build.
+    assert all(r.startswith("FA3 not available: ") for r in reasons), f"unexpected reasons {reasons}"
+
+
+def test_validate_configuration_lists_every_reason():
+    reasons = SparseMLABackend.validate_configuration(
+        512, torch.float16, "fp8", 16, use_mla=False, has_sink=True, use_sparse=False, device_capability=(8, 0)
+    )
+    expected = [
+        "head size 512 not supported (expected one of [576])",
+        "dtype torch.float16 not supported (expected one of [torch.bfloat16])",
+        "KV cache dtype 'fp8' not supported (expected one of ['auto'])",
+        "block size 16 not supported (expected one of [64])",
+        "non-MLA attention not supported",
+        "attention sinks not supported",
+        "dense MLA not supported (sparse top-k attention only)",
+        "compute capability 8.0 not supported (expected 9.x)",
+    ]
+    assert reasons == expected, f"reasons expected {expected}, got {reasons}"
+
+
+# ------------------------------------------------------------------------------------------------ impl
+
+
+@pytest.mark.parametrize(
+    "kwargs, feature",
+    [
+        (dict(alibi_slopes=torch.ones(16)), "ALiBi"),
+        (dict(sliding_window=128), "sliding window"),
+        (dict(logits_soft_cap=30.0), "logits soft cap"),
+        (dict(sinks=torch.zeros(16)), "attention sinks"),
+        (dict(kv_sharing_target_layer_name="layers.0"), "KV sharing"),
+        (dict(attn_type="encoder"), "attention type 'encoder'"),
+        (dict(kv_cache_dtype="fp8"), "KV cache dtype 'fp8'"),
+    ],
+)
+def test_impl_rejects_unsupported_features(kwargs, feature):
+    with pytest.raises(NotImplementedError, match=re.escape(feature) + ".* is not supported by SparseMLAImpl"):
+        SparseMLAImpl(16, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_heads=0), "argument 'num_heads' expected >= 1, got 0"),
+        (dict(num_heads=16, head_size=512), "argument 'head_size' expected 576, got 512"),
+        (dict(num_heads=16, num_kv_heads=2), "argument 'num_kv_heads' expected 1, got 2"),
+    ],
+)
+def test_impl_rejects_bad_sizes(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SparseMLAImpl(**kwargs)
+
+
+def test_impl_splits_one_query_tensor_by_views():
+    q = torch.zeros(3, 4, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16)
+    q_nope, q_rope = SparseMLAImpl._split_q(q)
+    assert q_nope.shape == (3, 4, KV_LORA_RANK) and q_rope.shape == (3, 4, QK_ROPE_HEAD_DIM)
+    assert q_nope.data_ptr() == q.data_ptr(), "q_nope expected a view of q"
+    assert q_rope.data_ptr() == q.data_ptr() + KV_LORA_RANK * q.element_size(), "q_rope expected a view of q"
+
+
+def _forward_args(num_heads=4, num_tokens=3):
+    gen = testing.make_generator(CPU, seed=30)
+    builder = SparseMLAMetadataBuilder(8, CPU, index_topk=INDEX_TOPK)
+    md = builder.build(0, make_common([20, 30], [1, num_tokens - 1]))
+    q_nope, q_rope = testing.make_queries(num_tokens, num_heads, CPU, gen)
+    return dict(
+        q=(q_nope, q_rope),
+        kv_cache=testing.make_kv_cache(2, CPU, gen),
+        attn_metadata=md,
+        topk_indices=torch.full((num_tokens, INDEX_TOPK), -1, dtype=torch.int32),
+    )
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (lambda a: a.update(q=(a["q"][0][:, :2], a["q"][1])), ValueError,
+         r"argument 'q_nope' expected shape \(3, 4, 512\), got \(3, 2, 512\)"),
+        (lambda a: a.update(q=(a["q"][0], a["q"][1].half())), TypeError,
+         "argument 'q_rope' expected dtype torch.bfloat16, got torch.float16"),
+        (lambda a: a.update(q=torch.zeros(3, 4, 575, dtype=torch.bfloat16)), ValueError,
+         r"argument 'q' expected shape \(\*, \*, 576\), got \(3, 4, 575\)"),
+        (lambda a: a.update(q=(a["q"][0],)), ValueError, r"argument 'q' expected \(q_nope, q_rope\), got 1 tensors"),
+        (lambda a: a.update(topk_indices=a["topk_indices"][:, :64]), ValueError,
+         r"argument 'topk_indices' expected shape \(3, 2048\), got \(3, 64\)"),
+        (lambda a: a.update(kv_cache=a["kv_cache"].float()), TypeError,
+         "argument 'kv_cache' expected dtype torch.bfloat16, got torch.float32"),
+        (lambda a: a.update(kv_cache=a["kv_cache"].transpose(0, 1).contiguous().transpose(0, 1)), ValueError,
+         r"argument 'kv_cache' expected packed blocks and rows"),
+        (lambda a: a.update(output=torch.zeros(3, 4, 512)), TypeError,
+         "argument 'output' expected dtype torch.bfloat16, got torch.float32"),
+    ],
+)
+def test_forward_rejects_bad_arguments(change, error, message):
+    args = _forward_args()
+    change(args)
+    with pytest.raises(error, match=message):
+        SparseMLAImpl(4).forward(**args)
+
+
+# ------------------------------------------------------------------------------------------------ FA3 splits
+
+
+H200_SMS = 132
+
+
+@pytest.mark.parametrize("num_heads", [1, 16, 32, 64, 100, 128])
+def test_fa3_num_splits_bounds_the_workspace(num_heads):
+    bound = 2 * H200_SMS * 64 * FA3_ACCUM_BYTES_PER_ROW
+    for num_tokens in list(range(1, 300)) + [1024, 8192, 65536]:
+        splits = fa3_num_splits(num_tokens, num_heads, H200_SMS)
+        tiles = num_tokens * -(-num_heads // 64)
+        assert 1 <= splits <= INDEX_TOPK // 64, f"T={num_tokens}: splits {splits} outside [1, 32]"
+        workspace = splits * num_heads * num_tokens * FA3_ACCUM_BYTES_PER_ROW if splits > 1 else 0
+        assert workspace < bound, f"T={num_tokens}: workspace {workspace} B expected < {bound} B"
+        if tiles >= H200_SMS:
+            assert splits == 1, f"T={num_tokens}: {tiles} tiles fill the SMs, expected 1 split, got {splits}"
+        else:
+            assert splits * tiles >= min(H200_SMS, tiles * 32), f"T={num_tokens}: {splits} splits leave SMs idle"
+    assert fa3_num_splits(1, 16, H200_SMS) == 32 and fa3_num_splits(16, 16, H200_SMS) == 9
+
+
+def test_routing_sends_everything_to_fa3_for_now():
+    for num_tokens in (1, 64, 8192):
+        assert routing.choose_kernel(16, num_tokens) == "fa3"
+
+
+# ------------------------------------------------------------------------------------------------ triton route
+
+
+@pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
+def test_forward_on_the_triton_route_matches_reference(monkeypatch):
+    """With routing sending every batch to the fused kernel, forward runs on the CPU in the interpreter."""
+    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: "triton")
+    gen = testing.make_generator(CPU, seed=31)
+    num_blocks, num_heads = 16, 4
+    seq_lens, query_lens = [90, 300], [1, 2]
+    batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, topk=INDEX_TOPK, pattern="scattered",
+                               drop_fraction=0.2)
+    kv_cache = testing.make_kv_cache(num_blocks, CPU, gen)
+    common = make_common(seq_lens, query_lens, batch.num_tokens + 1, num_padded_reqs=1)
+    common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
+    md = SparseMLAMetadataBuilder(8, CPU).build(0, common)
+    q_nope, q_rope = testing.make_queries(batch.num_tokens + 1, num_heads, CPU, gen)
+    topk = torch.cat([batch.topk_indices, torch.randint(0, 50, (1, INDEX_TOPK), generator=gen, dtype=torch.int32)])
+    output = torch.full((batch.num_tokens + 1, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16)
+    out, lse = SparseMLAImpl(num_heads).forward((q_nope, q_rope), kv_cache, md, topk, output=output, return_lse=True)
+
+    slots, count = topk_to_slots_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
+                                           num_blocks)
+    slot_ids = torch.where(torch.arange(INDEX_TOPK)[None, :] < count[:, None], slots, -1)
+    slot_ids = torch.cat([slot_ids, torch.full((1, INDEX_TOPK), -1, dtype=torch.int32)])  # padding: nothing
+    ref_out, ref_lse = sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
+    rel = testing.relative_error(out, ref_out)
+    assert rel < MAX_REL_ERR, f"output relative error {rel:.2e} expected < {MAX_REL_ERR}"
+    assert torch.isneginf(lse[-1]).all() and (out[-1] == 0).all(), "the padding token expected out 0, lse -inf"
+    rel_lse = testing.relative_error(lse[:-1], ref_lse[:-1])
+    assert rel_lse < MAX_REL_ERR, f"LSE relative error {rel_lse:.2e} expected < {MAX_REL_ERR}"
+
+
+@pytest.mark.skipif(not interpreting(), reason="runs the Triton kernels in the interpreter (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("route", ["fa3", "triton"])
+def test_forward_check_indices_names_the_bad_entry(monkeypatch, route):
+    """``check_indices`` raises before any attention kernel runs, on either route."""
+    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: route)
+    args = _forward_args()
+    args["topk_indices"][1, 7] = 29  # token 1: first of two new tokens of request 1 (seq_len 30), attends 29
+    message = "token 1, column 7: top-k index 29 expected -1 or in [0, token_kv_len = 29), got 29"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SparseMLAImpl(4, check_indices=True).forward(**args)

@@ -1,0 +1,219 @@
+"""A full sparse-MLA layer step through the backend on the GPU, against the float32 reference.
+
+Each step writes the new tokens' K/V into the cache, builds the metadata, converts the top-k rows and
+attends through ``SparseMLAImpl.forward`` (FA3); the reference reads a cache written by PyTorch.
+"""
+
+from typing import Optional, Sequence
+
+import pytest
+import torch
+
+from sparse_mla import routing, testing
+from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
+from sparse_mla.common_metadata import CommonAttentionMetadata
+from sparse_mla.constants import (
+    DEEPSEEK_V32_SOFTMAX_SCALE,
+    INDEX_TOPK,
+    KV_BLOCK_SIZE,
+    KV_CACHE_HEAD_SIZE,
+    KV_LORA_RANK,
+)
+from sparse_mla.kernels.kv_cache_writer import write_kv
+from sparse_mla.ops import fa3
+from sparse_mla.reference import sparse_mla_reference, topk_to_slots_reference
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+MAX_REL_ERR = 1e-2
+MAX_NUM_BATCHED_TOKENS = 1024
+
+# (seq_lens, query_lens)
+BATCHES = {
+    "decode": ([100, 1500, 5000, 32768], [1, 1, 1, 1]),
+    "prefill": ([300, 64], [300, 64]),
+    "mixed": ([4000, 200, 70], [1, 200, 3]),
+    "speculative": ([3000, 50, 2049, 20000], [4, 4, 2, 3]),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _require_fa3():
+    availability = fa3.is_available()
+    assert availability, f"the GPU suite needs FA3: {availability.reason}"
+
+
+@pytest.fixture(params=["fa3", "triton"])
+def route(request, monkeypatch):
+    """Runs the test once per attention kernel, whatever sparse_mla.routing would pick."""
+    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: request.param)
+    return request.param
+
+
+def _common(
+    batch: testing.SparseMLABatch,
+    num_actual_tokens: Optional[int] = None,
+    num_padded_reqs: int = 0,
+    block_table: Optional[torch.Tensor] = None,
+) -> CommonAttentionMetadata:
+    """The engine's view of a batch; padded request slots repeat the last start and have seq_len 0."""
+    device = batch.query_start_loc.device
+    query_start_loc = torch.cat([batch.query_start_loc, batch.query_start_loc[-1:].repeat(num_padded_reqs)])
+    seq_lens = torch.tensor(batch.seq_lens + [0] * num_padded_reqs, dtype=torch.int32, device=device)
+    num_tokens = batch.num_tokens if num_actual_tokens is None else num_actual_tokens
+    slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)
+    slot_mapping[: batch.num_tokens] = batch.slot_mapping
+    if block_table is None:
+        block_table = torch.cat([batch.block_table, batch.block_table[:1].repeat(num_padded_reqs, 1)])
+    return CommonAttentionMetadata(
+        query_start_loc=query_start_loc,
+        query_start_loc_cpu=query_start_loc.cpu(),
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.cpu(),
+        num_reqs=len(batch.seq_lens) + num_padded_reqs,
+        num_actual_tokens=num_tokens,
+        max_query_len=max(batch.query_lens),
+        max_seq_len=max(batch.seq_lens),
+        slot_mapping=slot_mapping,
+        block_table_tensor=block_table,
+    )
+
+
+def _reference(batch, q_nope, q_rope, kv_cache, num_blocks, topk_indices=None):
+    """fp32 output and LSE over the slots the reference conversion selects (-1 past the valid count)."""
+    topk_indices = batch.topk_indices if topk_indices is None else topk_indices
+    slots, count = topk_to_slots_reference(topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks)
+    columns = torch.arange(slots.shape[1], device=slots.device)
+    slot_ids = torch.where(columns[None, :] < count[:, None], slots, -1)
+    return sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
+
+
+def _assert_close(out, lse, ref_out, ref_lse, what):
+    rel = testing.relative_error(out, ref_out)
+    assert rel < MAX_REL_ERR, f"{what}: output relative error {rel:.2e} expected < {MAX_REL_ERR}"
+    empty = torch.isinf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), f"{what}: LSE expected -inf exactly for tokens without slots"
+    if (~empty).any():
+        rel_lse = testing.relative_error(lse[~empty], ref_lse[~empty])
+        assert rel_lse < MAX_REL_ERR, f"{what}: LSE relative error {rel_lse:.2e} expected < {MAX_REL_ERR}"
+    print(f"{what}: rel err out {rel:.2e}")
+
+
+def _layer_step(seq_lens, query_lens, num_heads, pattern, seed, empty_rows: Sequence[int] = (), padding: int = 0,
+                fused_q: bool = False):
+    """Write K/V, build, convert, attend; returns (out, lse, ref_out, ref_lse) over real and padding tokens."""
+    device = torch.device("cuda")
+    gen = testing.make_generator(device, seed)
+    num_blocks = sum(-(-s // KV_BLOCK_SIZE) for s in seq_lens) + 8
+    batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, pattern=pattern, drop_fraction=0.1)
+    num_real = batch.num_tokens
+    num_tokens = num_real + padding
+    kv_cache = testing.make_kv_cache(num_blocks, device, gen)
+    # New tokens' latent and rotary keys, then padding rows (slot -1) with garbage.
+    new_kv = torch.randn(num_tokens, KV_CACHE_HEAD_SIZE, generator=gen, device=device).to(torch.bfloat16)
+    ref_cache = kv_cache.clone()
+    ref_cache.view(-1, KV_CACHE_HEAD_SIZE)[batch.slot_mapping] = new_kv[:num_real]
+
+    common = _common(batch, num_actual_tokens=num_tokens, num_padded_reqs=1 if padding else 0)
+    write_kv(new_kv[:, :KV_LORA_RANK], new_kv[:, KV_LORA_RANK:].unsqueeze(1), kv_cache, common.slot_mapping)
+    assert torch.equal(kv_cache.view(torch.int16), ref_cache.view(torch.int16)), "write_kv differs from the reference"
+
+    builder = SparseMLAMetadataBuilder(MAX_NUM_BATCHED_TOKENS, device)
+    metadata = builder.build(0, common)
+    q = torch.randn(num_tokens, num_heads, KV_CACHE_HEAD_SIZE, generator=gen, device=device).to(torch.bfloat16)
+    q_nope, q_rope = q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]
+    topk = torch.randint(0, 64, (num_tokens, INDEX_TOPK), generator=gen, device=device, dtype=torch.int32)
+    topk[:num_real] = batch.topk_indices  # padding rows keep garbage positions
+    topk[list(empty_rows)] = -1
+    output = torch.full((num_tokens, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16, device=device)
+
+    impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE)
+    # One [T, N, 576] tensor split by views, or two separate contiguous tensors.
+    q_arg = q if fused_q else (q_nope.contiguous(), q_rope.contiguous())
+    out, lse = impl.forward(q_arg, kv_cache, metadata, topk, output=output, return_lse=True)
+    assert out.data_ptr() == output.data_ptr(), "expected the output buffer back"
+    assert lse.shape == (num_tokens, num_heads) and lse.dtype == torch.float32
+
+    ref_out = torch.zeros(num_tokens, num_heads, KV_LORA_RANK, device=device)
+    ref_lse = torch.full((num_tokens, num_heads), float("-inf"), device=device)
+    ref_out[:num_real], ref_lse[:num_real] = _reference(
+        batch, q_nope[:num_real], q_rope[:num_real], ref_cache, num_blocks, topk[:num_real]
+    )
+    return out, lse, ref_out, ref_lse
+
+
+@pytest.mark.parametrize("num_heads", [16, 128])
+@pytest.mark.parametrize("pattern", testing.INVALID_PATTERNS)
+@pytest.mark.parametrize("batch_kind", sorted(BATCHES))
+def test_layer_step_matches_reference(batch_kind, pattern, num_heads, route):
+    seq_lens, query_lens = BATCHES[batch_kind]
+    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, num_heads, pattern, seed=60)
+    _assert_close(out, lse, ref_out, ref_lse, f"{route}: {batch_kind}/{pattern}/N={num_heads}")
+
+
+def test_tokens_without_slots_and_padding_give_zero_and_neg_inf(route):
+    seq_lens, query_lens = BATCHES["speculative"]
+    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, 16, "scattered", seed=61, empty_rows=[0, 5],
+                                             padding=3)
+    _assert_close(out, lse, ref_out, ref_lse, f"{route}: empty rows and padding")
+    for token in (0, 5, out.shape[0] - 1):
+        assert (out[token] == 0).all(), f"{route}: token {token} without valid slots expected out = 0"
+
+
+def test_fused_query_tensor(route):
+    seq_lens, query_lens = BATCHES["mixed"]
+    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, 32, "end", seed=62, fused_q=True)
+    _assert_close(out, lse, ref_out, ref_lse, f"{route}: q as one [T, N, 576] tensor")
+
+
+def test_cuda_graph_replay_with_fewer_real_tokens_equals_eager(route):
+    """Capture at 8 padded tokens with 8 real ones; replay with 3 real tokens and new contents."""
+    device = torch.device("cuda")
+    num_heads, padded_tokens, num_reqs, max_blocks, num_blocks = 16, 8, 3, 64, 400
+    impl = SparseMLAImpl(num_heads)
+    builder = SparseMLAMetadataBuilder(MAX_NUM_BATCHED_TOKENS, device)
+    # Static buffers, as an engine keeps them for a captured batch size.
+    kv_cache = torch.empty(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
+    q = torch.empty(padded_tokens, num_heads, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
+    topk = torch.empty(padded_tokens, INDEX_TOPK, dtype=torch.int32, device=device)
+    block_table = torch.zeros(num_reqs, max_blocks, dtype=torch.int32, device=device)
+    output = torch.empty(padded_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
+
+    def load_step(seed, seq_lens, query_lens, padded_reqs):
+        gen = testing.make_generator(device, seed)
+        batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, pattern="scattered", drop_fraction=0.2)
+        kv_cache.copy_(testing.make_kv_cache(num_blocks, device, gen))
+        q.copy_(torch.randn(q.shape, generator=gen, device=device))
+        topk.copy_(torch.randint(0, 100, topk.shape, generator=gen, device=device, dtype=torch.int32))
+        topk[: batch.num_tokens] = batch.topk_indices
+        block_table.zero_()
+        block_table[: len(seq_lens), : batch.block_table.shape[1]] = batch.block_table
+        batch.block_table = block_table[: len(seq_lens)]
+        common = _common(batch, padded_tokens, padded_reqs, block_table=block_table)
+        return batch, builder.build(0, common)
+
+    def forward(metadata, out):
+        return impl.forward(q, kv_cache, metadata, topk, output=out, return_lse=True)
+
+    _, metadata = load_step(70, [700, 3000, 50], [1, 3, 4], padded_reqs=0)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # compile and warm up outside the capture
+        forward(metadata, output)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, graph_lse = forward(metadata, output)
+
+    batch, metadata = load_step(71, [2500, 9], [1, 2], padded_reqs=1)
+    output.fill_(float("nan"))
+    graph.replay()
+    eager_out, eager_lse = forward(metadata, torch.full_like(output, float("nan")))
+    assert torch.equal(output, eager_out), f"{route}: graph replay output differs from eager"
+    assert torch.equal(graph_lse, eager_lse), f"{route}: graph replay LSE differs from eager"
+
+    real = batch.num_tokens
+    ref_out, ref_lse = _reference(batch, q[:real, :, :KV_LORA_RANK], q[:real, :, KV_LORA_RANK:], kv_cache, num_blocks,
+                                  topk[:real])
+    _assert_close(output[:real], graph_lse[:real], ref_out, ref_lse, f"{route}: graph replay, real tokens")
+    assert (output[real:] == 0).all() and torch.isneginf(graph_lse[real:]).all(), f"{route}: padding expected 0, -inf"

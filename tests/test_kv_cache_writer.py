@@ -1,0 +1,141 @@
+"""KV-cache writer kernel against a PyTorch reference (Triton interpreter on CPU)."""
+
+import re
+
+import pytest
+import torch
+
+from sparse_mla import testing
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.kernels.kv_cache_writer import write_kv
+from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
+
+pytestmark = pytest.mark.skipif(
+    not interpreting() and not torch.cuda.is_available(),
+    reason="needs TRITON_INTERPRET=1 (CPU) or a CUDA device to run the Triton kernel",
+)
+
+DEVICE = torch.device(kernel_device_type())
+NUM_BLOCKS = 6
+NUM_SLOTS = NUM_BLOCKS * KV_BLOCK_SIZE
+
+
+def _poisoned_cache(gen, num_blocks=NUM_BLOCKS):
+    """A random cache with every other row set to the bf16 pattern 0x7f7f, compared bit for bit below."""
+    cache = testing.make_kv_cache(num_blocks, DEVICE, gen)
+    cache[:, ::2].view(torch.int16).fill_(0x7F7F)
+    return cache
+
+
+def _reference_write(kv_cache, kv_c_normed, k_pe, slot_mapping):
+    """Expected cache: rows of valid slots replaced by `[c_kv | k_rope]`, everything else bit-identical."""
+    expected = kv_cache.clone()
+    flat = expected.view(-1, KV_CACHE_HEAD_SIZE)
+    for token, slot in enumerate(slot_mapping.tolist()):
+        if 0 <= slot < flat.shape[0]:
+            flat[slot] = torch.cat([kv_c_normed[token], k_pe.reshape(k_pe.shape[0], -1)[token]])
+    return expected
+
+
+def _assert_same_bits(got, expected):
+    differ = (got.view(torch.int16) != expected.view(torch.int16)).any(dim=-1).nonzero()
+    assert len(differ) == 0, f"cache rows (block, row) differ from the reference: {differ[:5].tolist()}"
+
+
+def _new_tokens(gen, num_tokens):
+    kv_c_normed = torch.randn(num_tokens, KV_LORA_RANK, generator=gen, device=DEVICE).to(torch.bfloat16)
+    k_pe = torch.randn(num_tokens, QK_ROPE_HEAD_DIM, generator=gen, device=DEVICE).to(torch.bfloat16)
+    return kv_c_normed, k_pe
+
+
+@pytest.mark.parametrize("k_pe_rank", [2, 3])
+def test_writes_slots_and_skips_padding(k_pe_rank):
+    gen = testing.make_generator(DEVICE, seed=10)
+    cache = _poisoned_cache(gen)
+    kv_c_normed, k_pe = _new_tokens(gen, 7)
+    if k_pe_rank == 3:
+        k_pe = k_pe[:, None, :]
+    # First and last slot of the cache, a block boundary, padding in the middle and at the end.
+    slot_mapping = torch.tensor([0, 63, -1, 64, NUM_SLOTS - 1, 130, -1], dtype=torch.int64, device=DEVICE)
+    expected = _reference_write(cache, kv_c_normed, k_pe, slot_mapping)
+    write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    _assert_same_bits(cache, expected)
+
+
+def test_strided_inputs_and_cache():
+    gen = testing.make_generator(DEVICE, seed=11)
+    # kv_c_normed and k_pe split off one [T, 576 + 8] projection, the cache a view of wider rows.
+    projection = torch.randn(5, KV_CACHE_HEAD_SIZE + 8, generator=gen, device=DEVICE).to(torch.bfloat16)
+    kv_c_normed = projection[:, :KV_LORA_RANK]
+    k_pe = projection[:, KV_LORA_RANK:KV_CACHE_HEAD_SIZE].unsqueeze(1)
+    storage = torch.randn(NUM_BLOCKS, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE + 32, generator=gen, device=DEVICE)
+    storage = storage.to(torch.bfloat16)
+    cache = storage[..., :KV_CACHE_HEAD_SIZE]
+    before = storage.clone()
+    slot_mapping = torch.tensor([5, 300, -1, 70, 64], dtype=torch.int64, device=DEVICE)
+    write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    _assert_same_bits(cache, _reference_write(before[..., :KV_CACHE_HEAD_SIZE], kv_c_normed, k_pe, slot_mapping))
+    assert torch.equal(storage[..., KV_CACHE_HEAD_SIZE:], before[..., KV_CACHE_HEAD_SIZE:]), "wrote past a row"
+
+
+def test_out_of_range_slots_are_skipped():
+    gen = testing.make_generator(DEVICE, seed=12)
+    cache = _poisoned_cache(gen)
+    before = cache.clone()
+    kv_c_normed, k_pe = _new_tokens(gen, 4)
+    slot_mapping = torch.tensor([NUM_SLOTS, -2, 10, NUM_SLOTS + KV_BLOCK_SIZE], dtype=torch.int64, device=DEVICE)
+    write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    _assert_same_bits(cache, _reference_write(before, kv_c_normed, k_pe, slot_mapping))
+
+
+def test_check_mode_names_first_bad_token():
+    gen = testing.make_generator(DEVICE, seed=13)
+    cache = _poisoned_cache(gen)
+    kv_c_normed, k_pe = _new_tokens(gen, 4)
+    write_kv(kv_c_normed, k_pe, cache, torch.tensor([1, -1, 2, 3], device=DEVICE), check=True)  # all good
+    before = cache.clone()
+    slot_mapping = torch.tensor([1, -1, NUM_SLOTS, -5], dtype=torch.int64, device=DEVICE)
+    message = f"token 2: slot_mapping expected -1 or in [0, num_blocks * 64 = {NUM_SLOTS}), got {NUM_SLOTS}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        write_kv(kv_c_normed, k_pe, cache, slot_mapping, check=True)
+    _assert_same_bits(cache, before)  # nothing written when the check fails
+
+
+def test_zero_tokens():
+    gen = testing.make_generator(DEVICE, seed=14)
+    cache = _poisoned_cache(gen)
+    before = cache.clone()
+    kv_c_normed, k_pe = _new_tokens(gen, 0)
+    write_kv(kv_c_normed, k_pe, cache, torch.empty(0, dtype=torch.int64, device=DEVICE))
+    _assert_same_bits(cache, before)
+
+
+def _good_args():
+    gen = testing.make_generator(DEVICE, seed=15)
+    kv_c_normed, k_pe = _new_tokens(gen, 3)
+    return dict(
+        kv_c_normed=kv_c_normed,
+        k_pe=k_pe,
+        kv_cache=torch.zeros(2, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=DEVICE),
+        slot_mapping=torch.tensor([0, 1, 2], dtype=torch.int64, device=DEVICE),
+    )
+
+
+@pytest.mark.parametrize(
+    "name, bad, error, message",
+    [
+        ("kv_c_normed", lambda a: a.half(), TypeError, "argument 'kv_c_normed' expected dtype torch.bfloat16, got torch.float16"),
+        ("kv_c_normed", lambda a: a[:, :256], ValueError, r"argument 'kv_c_normed' expected shape \(\*, 512\), got \(3, 256\)"),
+        ("k_pe", lambda a: a[:2], ValueError, r"argument 'k_pe' expected shape \(3, 64\), got \(2, 64\)"),
+        ("k_pe", lambda a: a.view(3, 2, 32), ValueError, r"argument 'k_pe' expected shape \(3, 1, 64\), got \(3, 2, 32\)"),
+        ("kv_cache", lambda a: a.view(4, 32, 576), ValueError, r"argument 'kv_cache' expected shape \(\*, 64, 576\), got \(4, 32, 576\)"),
+        ("kv_cache", lambda a: a.float(), TypeError, "argument 'kv_cache' expected dtype torch.bfloat16, got torch.float32"),
+        ("slot_mapping", lambda a: a.int(), TypeError, "argument 'slot_mapping' expected dtype torch.int64, got torch.int32"),
+        ("slot_mapping", lambda a: a[:1], ValueError, r"argument 'slot_mapping' expected shape \(3,?\), got \(1,\)"),
+    ],
+)
+def test_bad_input_names_argument(name, bad, error, message):
+    args = _good_args()
+    args[name] = bad(args[name])
+    with pytest.raises(error, match=message):
+        write_kv(**args)

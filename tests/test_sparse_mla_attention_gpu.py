@@ -1,0 +1,183 @@
+"""GPU: the fused Triton sparse-MLA kernel on DeepSeek-V3.2 shapes, against the fp32 reference.
+
+Top-k 2048 over contexts of up to 32k positions, several requests with different lengths (some
+shorter than 2048, so those tokens have fewer valid positions), -1 entries at the end, at the start
+and scattered; N in {16, 128} and the odd {7, 100}; T in {1, 4, 16, 64} (several tokens per request
+are speculative / prefill tokens with their own causal lengths). Then CUDA-graph capture and replay
+with new contents, through the split path's arrival counters.
+
+Accuracy: ``rel = ||out - ref|| / ||ref|| < 1e-2``; the natural-log LSE within ``1e-2 * max(1, |ref|)``
+where finite and ``-inf`` exactly where the reference has no valid position. Outputs are poisoned
+(NaN) before every call.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from sparse_mla import reference, testing
+from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
+from sparse_mla.kernels.sparse_mla_attention import (
+    LaunchConfig,
+    SplitWorkspace,
+    plan_launch,
+    default_launch_config,
+    sparse_mla_attention,
+)
+from sparse_mla.kernels.triton_support import interpreting
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or interpreting(), reason="needs a CUDA GPU and compiled Triton (no TRITON_INTERPRET)"
+)
+
+CONTEXT = 32768
+REL_TOL = 1e-2
+LSE_TOL = 1e-2
+PATTERNS = testing.INVALID_PATTERNS
+
+
+def _device():
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@dataclasses.dataclass
+class Case:
+    q_nope: torch.Tensor  # [T, N, 512] bf16
+    q_rope: torch.Tensor  # [T, N, 64] bf16
+    kv_cache: torch.Tensor  # [num_blocks, 64, 576] bf16
+    topk_indices: torch.Tensor  # [T, 2048] int32
+    req_id: torch.Tensor  # [T] int32
+    token_kv_len: torch.Tensor  # [T] int32
+    block_table: torch.Tensor  # [R, max_blocks] int32
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache.shape[0]
+
+    def inputs(self):
+        return (self.q_nope, self.q_rope, self.kv_cache, self.topk_indices, self.req_id, self.token_kv_len, self.block_table)
+
+    def reference(self):
+        slots, count = reference.topk_to_slots_reference(
+            self.topk_indices, self.req_id, self.token_kv_len, self.block_table, self.num_blocks
+        )
+        columns = torch.arange(slots.shape[1], device=slots.device)[None, :]
+        slot_ids = torch.where(columns < count[:, None], slots, -1)
+        return reference.sparse_mla_reference(self.q_nope, self.q_rope, self.kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
+
+
+def make_case(num_tokens: int, num_heads: int, seed: int, pattern: str, drop_fraction: float = 0.0) -> Case:
+    """Up to four requests (32k, 1.5k, 20k and 700 positions) sharing ``num_tokens`` query tokens."""
+    lengths = [CONTEXT, 1500, 20000, 700]
+    num_reqs = min(num_tokens, len(lengths))
+    query_lens = [num_tokens // num_reqs + (r < num_tokens % num_reqs) for r in range(num_reqs)]
+    seq_lens = [max(length, q) for length, q in zip(lengths, query_lens)]
+    num_blocks = sum(-(-s // KV_BLOCK_SIZE) for s in seq_lens) + 64  # spare blocks nobody uses
+    gen = testing.make_generator(_device(), seed)
+    batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, topk=INDEX_TOPK, pattern=pattern, drop_fraction=drop_fraction)
+    kv_cache = testing.make_kv_cache(num_blocks, _device(), gen)
+    q_nope, q_rope = testing.make_queries(num_tokens, num_heads, _device(), gen)
+    return Case(q_nope, q_rope, kv_cache, batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table)
+
+
+def poisoned_outputs(num_tokens: int, num_heads: int):
+    out = torch.full((num_tokens, num_heads, 512), float("nan"), dtype=torch.bfloat16, device=_device())
+    lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device=_device())
+    return out, lse
+
+
+def assert_close(out, lse, ref_out, ref_lse, what=""):
+    rel = testing.relative_error(out, ref_out)
+    assert rel < REL_TOL, f"{what} out: rel err {rel:.3e} expected < {REL_TOL:.0e}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), f"{what} lse: -inf pattern differs from the reference"
+    err = ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0))[~empty]
+    assert err.numel() == 0 or err.max() < LSE_TOL, f"{what} lse: err {err.max():.3e} expected < {LSE_TOL:.0e}"
+
+
+@pytest.mark.parametrize("num_tokens", [1, 4, 16, 64])
+@pytest.mark.parametrize("num_heads", [16, 128, 7, 100])
+def test_default_config_matches_reference(num_heads, num_tokens):
+    seed = num_heads * 1000 + num_tokens
+    pattern = PATTERNS[seed % len(PATTERNS)]
+    case = make_case(num_tokens, num_heads, seed, pattern, drop_fraction=0.1 if num_tokens > 1 else 0.0)
+    out, lse = poisoned_outputs(num_tokens, num_heads)
+    sparse_mla_attention(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, out=out, lse=lse)
+    torch.cuda.synchronize()
+    config = default_launch_config(num_tokens, num_heads, torch.cuda.get_device_properties(_device()).multi_processor_count, INDEX_TOPK)
+    assert_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {config}")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LaunchConfig(block_h=64, block_n=32, block_dv=512, num_splits=1, num_warps=8, num_stages=3),
+        LaunchConfig(block_h=16, block_n=32, block_dv=128, num_splits=4, num_warps=4, num_stages=2),
+        LaunchConfig(block_h=32, block_n=16, block_dv=256, num_splits=12, num_warps=4, num_stages=4),
+        LaunchConfig(block_h=64, block_n=32, block_dv=64, num_splits=16, num_warps=4, num_stages=3),
+        LaunchConfig(block_h=16, block_n=64, block_dv=512, num_splits=2, num_warps=8, num_stages=3),
+    ],
+    ids=str,
+)
+def test_other_configs_match_reference(config):
+    """Configurations the tuning sweep may pick, on one batch of 5 tokens x 48 heads."""
+    case = make_case(5, 48, seed=77, pattern="scattered", drop_fraction=0.2)
+    out, lse = poisoned_outputs(5, 48)
+    sparse_mla_attention(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, out=out, lse=lse, config=config)
+    torch.cuda.synchronize()
+    assert_close(out, lse, *case.reference(), what=str(config))
+
+
+def test_invalid_entries_are_skipped():
+    """All -1, past the length, past the block table, bad block ids: skipped, never read, no NaN."""
+    case = make_case(4, 16, seed=5, pattern="scattered")
+    topk = case.topk_indices
+    topk[0] = -1
+    topk[1, :64] = case.token_kv_len[1] + torch.arange(64, device=topk.device, dtype=torch.int32)
+    topk[2, :64] = case.block_table.shape[1] * KV_BLOCK_SIZE + 5
+    used_columns = topk[3][topk[3] >= 0][:32].long() // KV_BLOCK_SIZE
+    case.block_table[case.req_id[3].long(), used_columns] = case.num_blocks + 1
+    out, lse = poisoned_outputs(4, 16)
+    sparse_mla_attention(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, out=out, lse=lse, num_splits=8)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = case.reference()
+    assert torch.isneginf(lse[0]).all() and (out[0] == 0).all()
+    assert_close(out, lse, ref_out, ref_lse)
+
+
+@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 128), (8, 7)])
+@pytest.mark.parametrize("explicit_workspace", [True, False], ids=["workspace", "default-workspace"])
+def test_cuda_graph_replays_with_new_contents(num_tokens, num_heads, explicit_workspace):
+    """Capture once (split path: workspace and arrival counters), replay with new inputs, match the reference."""
+    device = _device()
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    config = default_launch_config(num_tokens, num_heads, num_sms, INDEX_TOPK)
+    assert plan_launch(num_heads, INDEX_TOPK, config).num_splits > 1, "the graph test should exercise the split path"
+    static = make_case(num_tokens, num_heads, seed=1, pattern="end")
+    out, lse = poisoned_outputs(num_tokens, num_heads)
+    workspace = SplitWorkspace.for_max_tokens(num_tokens, num_heads, device, INDEX_TOPK) if explicit_workspace else None
+
+    def run():
+        sparse_mla_attention(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, out=out, lse=lse, workspace=workspace)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()  # compile and size the default workspace before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+
+    for seed in (2, 3, 4):
+        fresh = make_case(num_tokens, num_heads, seed=seed, pattern=PATTERNS[seed % len(PATTERNS)], drop_fraction=0.3)
+        for dst, src in zip(static.inputs(), fresh.inputs()):
+            dst.copy_(src)  # same shapes: make_case's request lengths depend on T only
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, lse, *static.reference(), what=f"replay seed {seed}")
+    if workspace is not None:
+        assert torch.count_nonzero(workspace.counters) == 0, "arrival counters must be zero after a replay"

@@ -1,0 +1,45 @@
+"""The interpreter's bf16 ``tl.dot`` workaround gives the right product wherever the kernel runs."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from sparse_mla import testing
+from sparse_mla.kernels.triton_support import dot_in_fp32, interpreting, kernel_device_type
+
+pytestmark = pytest.mark.skipif(
+    not interpreting() and not torch.cuda.is_available(),
+    reason="needs TRITON_INTERPRET=1 (CPU) or a CUDA device to run the Triton kernel",
+)
+
+TILE = 16
+MAX_REL_ERR = 1e-2
+
+
+@triton.jit
+def _bf16_dot_kernel(a_ptr, b_ptr, c_ptr, TILE: tl.constexpr, DOT_FP32: tl.constexpr):
+    rows = tl.arange(0, TILE)
+    offsets = rows[:, None] * TILE + rows[None, :]
+    a = tl.load(a_ptr + offsets)
+    b = tl.load(b_ptr + offsets)
+    if DOT_FP32:
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    tl.store(c_ptr + offsets, tl.dot(a, b))
+
+
+def test_flags_follow_the_interpreter():
+    assert dot_in_fp32() == interpreting()
+    assert kernel_device_type() == ("cpu" if interpreting() else "cuda")
+
+
+def test_bf16_dot_with_the_flag_is_right():
+    device = torch.device(kernel_device_type())
+    gen = testing.make_generator(device, seed=40)
+    a = torch.randn(TILE, TILE, generator=gen, device=device).to(torch.bfloat16)
+    b = torch.randn(TILE, TILE, generator=gen, device=device).to(torch.bfloat16)
+    c = torch.full((TILE, TILE), float("nan"), device=device)
+    _bf16_dot_kernel[(1,)](a, b, c, TILE=TILE, DOT_FP32=dot_in_fp32())
+    ref = a.float() @ b.float()
+    rel = testing.relative_error(c, ref)
+    assert rel < MAX_REL_ERR, f"bf16 tl.dot relative error {rel:.2e} expected < {MAX_REL_ERR}"

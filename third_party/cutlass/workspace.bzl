@@ -1,0 +1,28 @@
+"""CUTLASS headers for FA3, kept apart from any `cutlass` repository of a host monorepo.
+
+Content: NVIDIA/cutlass at commit 57e3cfb47a2d9e0d46eb6335c3dc411498efa198 (the commit SGLang pins
+for sgl-attn). Its `include/` and `tools/util/include/` are byte-identical to the headers inside the
+PyPI wheel nvidia-cutlass==4.2.0.0 under `cutlass_library/source/` (compared file by file, 871
+files), so the pin is that wheel: its sha256 is PyPI's published digest. Recompute with
+`pip download --no-deps nvidia-cutlass==4.2.0.0 && sha256sum nvidia_cutlass-4.2.0.0-py3-none-any.whl`.
+Local override: CUTLASS_SRC_DIR=/abs/path/to/a/cutlass checkout (needs include/cutlass/cutlass.h).
+"""
+
+load("//third_party:pinned_source.bzl", "pinned_source_repository")
+
+CUTLASS_COMMIT = "57e3cfb47a2d9e0d46eb6335c3dc411498efa198"
+CUTLASS_WHEEL_VERSION = "4.2.0.0"
+CUTLASS_WHEEL_SHA256 = "f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6"
+CUTLASS_WHEEL_URL = "https://files.pythonhosted.org/packages/21/6b/e86fc2fd536dd4b8bd2209aa31d7002610c501b0802337787eac9c9b328c/nvidia_cutlass-%s-py3-none-any.whl" % CUTLASS_WHEEL_VERSION
+
+def cutlass_repository(name):
+    pinned_source_repository(
+        name = name,
+        urls = [CUTLASS_WHEEL_URL],
+        sha256 = CUTLASS_WHEEL_SHA256,
+        archive_type = "zip",
+        strip_prefix = "cutlass_library/source",
+        local_env = "CUTLASS_SRC_DIR",
+        required_paths = ["include/cutlass/cutlass.h", "include/cute/tensor.hpp", "tools/util/include"],
+        build_file = "//third_party/cutlass:cutlass.BUILD",
+    )

@@ -1,0 +1,73 @@
+"""`pinned_source_repository`: an upstream source tree, pinned by checksum, with a local override.
+
+Environment variables read (each declared in `environ`, so a change refetches):
+  the one named by the `local_env` attribute, e.g. SGL_ATTN_SRC_DIR or CUTLASS_SRC_DIR:
+      an absolute path to a local tree with the same layout as the archive after its top folder.
+      When set, nothing is downloaded; the tree is used as it is (the checksum does not apply).
+
+The archive's top folder is found, not named: GitHub names it after the repository's current
+name (sgl-attn-<commit> or sgl-flash-attn-<commit>), so a fixed strip prefix would break on a rename.
+Which source was used is printed when the repository is fetched and written to SOURCE.txt.
+"""
+
+_DOWNLOAD_DIR = "_archive"
+
+def _fail(ctx, what, remedy):
+    fail("sparse_mla: @%s: %s. %s" % (ctx.name, what, remedy))
+
+def _link_children(ctx, src):
+    for child in src.readdir():
+        if child.basename not in ("BUILD", "BUILD.bazel", "WORKSPACE", "WORKSPACE.bazel"):
+            ctx.symlink(child, child.basename)
+
+def _use_local_tree(ctx, local_dir):
+    src = ctx.path(local_dir)
+    if not src.exists:
+        _fail(ctx, "%s=%s does not exist" % (ctx.attr.local_env, local_dir), "Point it at an extracted source tree or unset it to download the pinned archive.")
+    for required in ctx.attr.required_paths:
+        if not ctx.path("%s/%s" % (src, required)).exists:
+            _fail(ctx, "%s=%s has no %s" % (ctx.attr.local_env, local_dir, required), "The tree must have the layout of the pinned archive's top folder.")
+    _link_children(ctx, src)
+    return "local tree %s (%s)" % (local_dir, ctx.attr.local_env)
+
+def _download(ctx):
+    ctx.download_and_extract(
+        url = ctx.attr.urls,
+        sha256 = ctx.attr.sha256,
+        type = ctx.attr.archive_type,
+        output = _DOWNLOAD_DIR,
+    )
+    top = ctx.path(_DOWNLOAD_DIR + "/" + ctx.attr.strip_prefix if ctx.attr.strip_prefix else _DOWNLOAD_DIR)
+    if not ctx.attr.strip_prefix:
+        children = top.readdir()
+        if len(children) != 1:
+            _fail(ctx, "the archive has %d top-level entries, expected one folder" % len(children), "Set strip_prefix for this archive.")
+        top = children[0]
+    for required in ctx.attr.required_paths:
+        if not ctx.path("%s/%s" % (top, required)).exists:
+            _fail(ctx, "the archive has no %s under its top folder" % required, "Check the pin in third_party/.")
+    _link_children(ctx, top)
+    return "%s (sha256 %s)" % (ctx.attr.urls[0], ctx.attr.sha256)
+
+def _pinned_source_repository_impl(ctx):
+    local_dir = ctx.os.environ.get(ctx.attr.local_env, "")
+    source = _use_local_tree(ctx, local_dir) if local_dir else _download(ctx)
+    print("sparse_mla: @%s from %s" % (ctx.name, source))  # buildifier: disable=print
+    ctx.file("SOURCE.txt", source + "\n")
+    ctx.symlink(ctx.attr.build_file, "BUILD.bazel")
+    ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
+
+pinned_source_repository = repository_rule(
+    implementation = _pinned_source_repository_impl,
+    doc = "An upstream source tree pinned by sha256, overridable by a local tree (see module docstring).",
+    attrs = {
+        "urls": attr.string_list(mandatory = True, doc = "Archive URLs, tried in order."),
+        "sha256": attr.string(mandatory = True, doc = "sha256 of the archive."),
+        "archive_type": attr.string(default = "", doc = "Archive type when the URL does not tell (e.g. zip for a wheel)."),
+        "strip_prefix": attr.string(default = "", doc = "Folder inside the archive to use; empty: its single top folder."),
+        "local_env": attr.string(mandatory = True, doc = "Environment variable naming a local tree to use instead."),
+        "required_paths": attr.string_list(default = [], doc = "Paths the tree must contain; checked with a clear error."),
+        "build_file": attr.label(mandatory = True, allow_single_file = True, doc = "The BUILD overlay of ours."),
+    },
+    environ = ["SGL_ATTN_SRC_DIR", "CUTLASS_SRC_DIR"],
+)

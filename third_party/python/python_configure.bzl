@@ -1,0 +1,100 @@
+"""`python_configure`: one Python interpreter and the PyTorch it imports, as @sparse_mla_python.
+
+Environment variables read (declared in `environ`):
+  PYTHON_BIN_PATH  the interpreter to use (absolute path). Checked first.
+  PATH             searched for `python3` when PYTHON_BIN_PATH is not set.
+Everything else comes from asking that interpreter: PyTorch's headers and libraries and its C++ ABI
+flag. Tests and tools run under this interpreter (tools/testing/python.bzl), so the Python packages
+the library needs (torch, triton, numpy, pytest, absl-py) must be installed for it.
+Generates:
+  :torch        cc_library with PyTorch's headers and libraries, and the headers of the CUDA
+                library wheels (nvidia-cublas, nvidia-cusparse, ...) its CUDA headers include.
+  :torch_abi    cc_library carrying only PyTorch's _GLIBCXX_USE_CXX11_ABI define.
+  interpreter.bzl  PYTHON_INTERPRETER (absolute path) and TORCH_CXX11_ABI.
+"""
+
+# Prints one `key=value` per line (Bazel 2.x Starlark has no JSON decoder).
+_PROBE = """
+import os, sys
+import torch
+print("torch_root=" + os.path.dirname(torch.__file__))
+print("torch_version=" + torch.__version__)
+print("cxx11_abi=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
+print("python_version=%d.%d" % sys.version_info[:2])
+try:
+    import nvidia  # CUDA library wheels (cuBLAS, cuSPARSE, ...) whose headers torch's CUDA headers include
+    for root in nvidia.__path__:
+        for name in sorted(os.listdir(root)):
+            if os.path.isdir(os.path.join(root, name, "include")):
+                print("nvidia_include_%s=%s" % (name, os.path.join(root, name, "include")))
+except ImportError:
+    pass
+"""
+
+_TORCH_LIBS = ["libc10.so", "libtorch.so", "libtorch_cpu.so", "libc10_cuda.so", "libtorch_cuda.so"]
+
+_BUILD = """\
+# @sparse_mla_python: Python {python_version} at {interpreter}, PyTorch {torch_version}.
+package(default_visibility = ["//visibility:public"])
+
+# The C++ ABI PyTorch was built with; every C++ and CUDA object linked with it must agree.
+cc_library(
+    name = "torch_abi",
+    defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
+)
+
+cc_library(
+    name = "torch",
+    srcs = {libs},
+    hdrs = glob(["torch/include/**/*.h", "torch/include/**/*.hpp", "torch/include/**/*.cuh", "nvidia/*/include/**"]),
+    includes = ["torch/include", "torch/include/torch/csrc/api/include"] + {nvidia_includes},
+    deps = [":torch_abi"],
+)
+"""
+
+def _fail(message):
+    fail("sparse_mla: @sparse_mla_python: " + message)
+
+def _python_configure_impl(ctx):
+    interpreter = ctx.os.environ.get("PYTHON_BIN_PATH", "")
+    if not interpreter:
+        found = ctx.which("python3")
+        if not found:
+            _fail("no python3 on PATH; set PYTHON_BIN_PATH to the interpreter that has PyTorch")
+        interpreter = str(found)
+    if not ctx.path(interpreter).exists:
+        _fail("PYTHON_BIN_PATH=%s does not exist" % interpreter)
+    result = ctx.execute([interpreter, "-c", _PROBE])
+    if result.return_code != 0:
+        last_line = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        _fail("%s cannot import torch (%s); install PyTorch for it or set PYTHON_BIN_PATH" % (interpreter, last_line))
+    info = dict([line.split("=", 1) for line in result.stdout.strip().splitlines()])
+    ctx.symlink(info["torch_root"] + "/include", "torch/include")
+    nvidia_includes = []
+    for key in sorted(info.keys()):
+        if key.startswith("nvidia_include_"):
+            link = "nvidia/%s/include" % key[len("nvidia_include_"):]
+            ctx.symlink(info[key], link)
+            nvidia_includes.append(link)
+    libs = []
+    for lib in _TORCH_LIBS:
+        path = info["torch_root"] + "/lib/" + lib
+        if ctx.path(path).exists:
+            ctx.symlink(path, "torch/lib/" + lib)
+            libs.append("torch/lib/" + lib)
+    ctx.file("BUILD.bazel", _BUILD.format(
+        python_version = info["python_version"],
+        interpreter = interpreter,
+        torch_version = info["torch_version"],
+        libs = repr(libs),
+        nvidia_includes = repr(nvidia_includes),
+        abi = info["cxx11_abi"],
+    ))
+    ctx.file("interpreter.bzl", "PYTHON_INTERPRETER = %r\nTORCH_CXX11_ABI = %s\n" % (interpreter, info["cxx11_abi"]))
+
+python_configure = repository_rule(
+    implementation = _python_configure_impl,
+    doc = "The configured Python interpreter and its PyTorch (see module docstring).",
+    environ = ["PYTHON_BIN_PATH", "PATH"],
+    local = True,
+)

@@ -1,0 +1,544 @@
+"""Sparse-MLA benchmark on one GPU: the FA3 path, the fused Triton kernel and the routed backend.
+
+``bazel run //tools:bench -- --out_dir=DIR [--heads=16,128] [--tokens=1,8] [--paths=triton]``
+
+For every point of the grid heads N x tokens T (DeepSeek-V3.2 decode: one query token per request,
+``--context`` positions per request, top-k 2048 random distinct positions per token) it times, by
+CUDA-graph replay after warm-up, the median µs per call of
+
+* ``fa3``: the backend's FA3 route, index conversion (``sparse_mla.kernels.topk_to_slots``) + FA3;
+* ``triton``: ``sparse_mla.kernels.sparse_mla_attention`` (its default launch configuration);
+* ``routed``: ``sparse_mla.backend.SparseMLAImpl.forward`` as routed by ``sparse_mla.routing``;
+
+and the bound ``max(bytes / 4.3 TB/s, FLOPs / 790 TFLOP/s)`` with ``bytes = T·topk·1152 + q + out``
+and ``FLOPs = 2·T·N·topk·(576 + 512)``. One replayed graph runs the call on several copies of the
+inputs in turn (all drawing rows from one large cache), so that the rows of a call are not in the
+L2 from the previous one. It prints a line per point and a table, and writes ``bench.csv`` and
+``bench.png`` (µs vs T, one panel per N) into ``--out_dir``, each stamped with the date, GPU,
+driver, torch / triton versions and git revision. With ``--check`` each path's output is also
+compared with the fp32 reference.
+
+``--sweep`` instead times the Triton kernel over a grid of launch configurations at the
+``--sweep_points`` and prints the best configuration per point (and ``sweep.csv``). Kernels are
+compiled ahead in ``--precompile_workers`` processes (Triton's on-disk cache), which is most of the
+GPU time otherwise: the default grid compiles about 25 kernels, a sweep point about 100.
+"""
+
+import contextlib
+import csv
+import dataclasses
+import datetime
+import itertools
+import math
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+from concurrent import futures
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from absl import app, flags
+
+import torch
+import triton
+
+from sparse_mla import reference, routing, testing
+from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
+from sparse_mla.common_metadata import CommonAttentionMetadata
+from sparse_mla.constants import (
+    DEEPSEEK_V32_SOFTMAX_SCALE,
+    INDEX_TOPK,
+    KV_BLOCK_SIZE,
+    KV_CACHE_HEAD_SIZE,
+    KV_LORA_RANK,
+)
+from sparse_mla.kernels import sparse_mla_attention as triton_attention
+from sparse_mla.ops import fa3
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
+flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"], "Query tokens T of the grid.")
+flags.DEFINE_list("paths", ["fa3", "triton", "routed"], "Paths to time: fa3, triton, routed.")
+flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
+flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
+flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv) go; relative to the invoking directory.")
+flags.DEFINE_integer("replays", 30, "Timed graph replays per measurement (the median is reported).")
+flags.DEFINE_integer("warmup_replays", 5, "Untimed graph replays before timing.")
+flags.DEFINE_integer("seed", 0, "Seed of every random input.")
+flags.DEFINE_bool("check", True, "Compare each path's output with the fp32 reference (rel err in the CSV).")
+flags.DEFINE_integer("precompile_workers", min(os.cpu_count() or 1, 16), "Processes compiling Triton kernels ahead; 0 = off.")
+flags.DEFINE_bool("sweep", False, "Time the Triton kernel over launch configurations instead of the grid.")
+flags.DEFINE_list("sweep_points", ["16x1", "16x8", "128x1", "64x64"], "NxT points of the sweep.")
+flags.DEFINE_list("sweep_block_h", [], "block_h values; empty = the default configuration's.")
+flags.DEFINE_list("sweep_block_n", ["16", "32", "64"], "block_n values.")
+flags.DEFINE_list("sweep_block_dv", ["64", "128", "256", "512"], "block_dv values.")
+flags.DEFINE_list("sweep_splits", ["1", "2", "4", "8", "16", "32"], "num_splits values.")
+flags.DEFINE_list("sweep_warps", ["4", "8"], "num_warps values.")
+flags.DEFINE_list("sweep_stages", ["3"], "num_stages values.")
+flags.DEFINE_float("sweep_max_waves", 2.0, "Skip configurations with more than this many programs per SM.")
+
+BANDWIDTH_BYTES_PER_S = 4.3e12
+"""H200 HBM3e bandwidth used by the bound (the anchors' figure)."""
+
+PEAK_FLOPS = 790e12
+"""H200 dense bf16 tensor-core peak used by the bound."""
+
+DEFAULT_L2_BYTES = 60 * 2**20
+"""H200 L2 size, when the device properties do not say."""
+
+ROTATION_L2_MULTIPLE = 4
+"""The copies of a point's inputs together touch at least 4x the L2 in KV rows."""
+
+MAX_COPIES = 64
+"""At most 64 input copies (calls) per replayed graph."""
+
+CACHE_CHUNK_BLOCKS = 16384
+"""The cache is filled 16384 blocks (1.1 GiB) at a time, bounding the fp32 temporary of its generator."""
+
+PATHS = ("fa3", "triton", "routed")
+
+RELERR_LIMIT = 1e-2
+"""A sweep configuration whose output is further than this from the fp32 reference is not a candidate."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclasses.dataclass
+class Copy:
+    """One copy of a point's inputs and output buffer."""
+
+    batch: testing.SparseMLABatch
+    q_nope: torch.Tensor  # [T, N, 512] bf16
+    q_rope: torch.Tensor  # [T, N, 64] bf16
+    out: torch.Tensor  # [T, N, 512] bf16
+
+
+def call_bytes(num_tokens: int, num_heads: int, topk: int) -> int:
+    """Bytes one call must move: the gathered KV rows, the queries and the output."""
+    rows = num_tokens * topk * KV_CACHE_HEAD_SIZE * 2
+    return rows + num_tokens * num_heads * (KV_CACHE_HEAD_SIZE + KV_LORA_RANK) * 2
+
+
+def bound_us(num_tokens: int, num_heads: int, topk: int) -> float:
+    flops = 2 * num_tokens * num_heads * topk * (KV_CACHE_HEAD_SIZE + KV_LORA_RANK)
+    return max(call_bytes(num_tokens, num_heads, topk) / BANDWIDTH_BYTES_PER_S, flops / PEAK_FLOPS) * 1e6
+
+
+def num_copies(num_tokens: int, topk: int, l2_bytes: int) -> int:
+    rows = num_tokens * topk * KV_CACHE_HEAD_SIZE * 2
+    return max(1, min(MAX_COPIES, math.ceil(ROTATION_L2_MULTIPLE * l2_bytes / rows)))
+
+
+def blocks_per_context(context: int) -> int:
+    return -(-context // KV_BLOCK_SIZE)
+
+
+def make_copies(num_tokens: int, num_heads: int, count: int, num_blocks: int, gen: torch.Generator) -> List[Copy]:
+    """``count`` decode batches of ``num_tokens`` requests, each with its own blocks of the one cache."""
+    copies = []
+    for _ in range(count):
+        batch = testing.make_batch([FLAGS.context] * num_tokens, [1] * num_tokens, num_blocks, gen, topk=FLAGS.topk)
+        q_nope, q_rope = testing.make_queries(num_tokens, num_heads, gen.device, gen)
+        out = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=gen.device)
+        copies.append(Copy(batch, q_nope, q_rope, out))
+    return copies
+
+
+def common_metadata(batch: testing.SparseMLABatch) -> CommonAttentionMetadata:
+    """The engine's view of a batch (no padding)."""
+    device = batch.query_start_loc.device
+    seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
+    return CommonAttentionMetadata(
+        query_start_loc=batch.query_start_loc,
+        query_start_loc_cpu=batch.query_start_loc.cpu(),
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.cpu(),
+        num_reqs=len(batch.seq_lens),
+        num_actual_tokens=batch.num_tokens,
+        max_query_len=max(batch.query_lens),
+        max_seq_len=max(batch.seq_lens),
+        slot_mapping=batch.slot_mapping,
+        block_table_tensor=batch.block_table,
+    )
+
+
+def make_cache(num_blocks: int, gen: torch.Generator) -> torch.Tensor:
+    """`[num_blocks, 64, 576]` bf16 from :func:`sparse_mla.testing.make_kv_cache`, chunk by chunk."""
+    cache = torch.empty(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=gen.device)
+    for start in range(0, num_blocks, CACHE_CHUNK_BLOCKS):
+        stop = min(start + CACHE_CHUNK_BLOCKS, num_blocks)
+        cache[start:stop] = testing.make_kv_cache(stop - start, gen.device, gen)
+    return cache
+
+
+def reference_out(copy: Copy, kv_cache: torch.Tensor) -> torch.Tensor:
+    b = copy.batch
+    slots, count = reference.topk_to_slots_reference(b.topk_indices, b.req_id, b.token_kv_len, b.block_table, kv_cache.shape[0])
+    columns = torch.arange(slots.shape[1], device=slots.device)[None, :]
+    slot_ids = torch.where(columns < count[:, None], slots, -1)
+    out, _ = reference.sparse_mla_reference(copy.q_nope, copy.q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Paths
+
+
+@contextlib.contextmanager
+def forced_route(kernel: str):
+    """Make ``sparse_mla.routing`` choose ``kernel`` while graphs are captured (replays run no Python)."""
+    original = routing.choose_kernel
+    routing.choose_kernel = lambda num_heads, num_tokens: kernel
+    try:
+        yield
+    finally:
+        routing.choose_kernel = original
+
+
+def path_calls(path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None) -> List[Callable[[], None]]:
+    """One zero-argument call per copy; metadata is built here, outside the timed graph."""
+    calls = []
+    num_heads = copies[0].q_nope.shape[1]
+    for c in copies:
+        b = c.batch
+        if path == "triton":
+            calls.append(
+                lambda c=c, b=b: triton_attention.sparse_mla_attention(
+                    c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len, b.block_table,
+                    DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, config=config,
+                )
+            )
+        else:
+            builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, index_topk=FLAGS.topk)
+            metadata = builder.build(0, common_metadata(b))
+            impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE)
+            calls.append(
+                lambda c=c, b=b, impl=impl, metadata=metadata, builder=builder: impl.forward(
+                    (c.q_nope, c.q_rope), kv_cache, metadata, b.topk_indices, output=c.out
+                )
+            )
+    return calls
+
+
+def time_graph(calls: Sequence[Callable[[], None]], route: Optional[str] = None) -> float:
+    """Median µs per call: one CUDA graph runs every call once; replayed after warm-up."""
+    route_ctx = forced_route(route) if route else contextlib.nullcontext()
+    with route_ctx:
+        for call in calls:  # compiles, sizes workspaces
+            call()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for call in calls:
+                call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for call in calls:
+                call()
+    for _ in range(FLAGS.warmup_replays):
+        graph.replay()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(FLAGS.replays)]
+    for start, stop in events:
+        start.record()
+        graph.replay()
+        stop.record()
+    torch.cuda.synchronize()
+    per_replay_ms = statistics.median(start.elapsed_time(stop) for start, stop in events)
+    return per_replay_ms * 1e3 / len(calls)
+
+
+# --------------------------------------------------------------------------------------------------
+# Ahead-of-time compilation (Triton's on-disk cache), in worker processes
+
+
+def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig]]) -> str:
+    """Run the kernel once on dummy inputs with the benchmark's shapes and strides (same compiled variant)."""
+    num_tokens, num_heads, topk, max_blocks, config = job
+    device = torch.device("cuda")
+    gen = testing.make_generator(device, 0)
+    q_nope, q_rope = testing.make_queries(num_tokens, num_heads, device, gen)
+    int32 = dict(dtype=torch.int32, device=device)
+    try:
+        triton_attention.sparse_mla_attention(
+            q_nope, q_rope,
+            torch.zeros(1, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device),
+            torch.full((num_tokens, topk), -1, **int32), torch.zeros(num_tokens, **int32),
+            torch.zeros(num_tokens, **int32), torch.zeros(num_tokens, max_blocks, **int32),
+            DEEPSEEK_V32_SOFTMAX_SCALE, config=config,
+        )
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:  # noqa: BLE001 - reported, the timing run skips the configuration
+        return f"{config}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+
+
+def precompile(jobs: List[tuple], num_sms: int) -> None:
+    """Compile each distinct kernel variant of ``jobs`` once, in parallel worker processes."""
+    if FLAGS.precompile_workers <= 0 or not jobs:
+        return
+    distinct = {}
+    for job in jobs:  # the kernel does not specialize on sizes: one compiled variant per configuration
+        num_tokens, num_heads, topk, _, config = job
+        distinct.setdefault(config or triton_attention.default_launch_config(num_tokens, num_heads, num_sms, topk), job)
+    jobs = list(distinct.values())
+    start = datetime.datetime.now()
+    ctx = multiprocessing.get_context("spawn")
+    with futures.ProcessPoolExecutor(max_workers=min(FLAGS.precompile_workers, len(jobs)), mp_context=ctx) as pool:
+        failures = [msg for msg in pool.map(_compile_job, jobs) if msg]
+    secs = (datetime.datetime.now() - start).total_seconds()
+    print(f"precompiled {len(jobs)} kernel variants in {secs:.0f} s ({len(failures)} failed)", flush=True)
+    for msg in failures[:10]:
+        print(f"  compile failure: {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Provenance and outputs
+
+
+def provenance() -> Dict[str, str]:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    driver = "unknown"
+    with contextlib.suppress(Exception):
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", str(torch.cuda.current_device())],
+            capture_output=True, text=True, timeout=30,
+        ).stdout.strip() or driver
+    repo = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.path.dirname(os.path.abspath(__file__)))
+    revision = "unknown"
+    with contextlib.suppress(Exception):
+        revision = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30).stdout.strip() or revision
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True, timeout=30).stdout.strip()
+        revision += " (dirty)" if dirty else ""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
+        "driver": driver,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "git": revision,
+        "fa3": "available" if fa3.is_available() else f"unavailable: {fa3.is_available().reason}",
+    }
+
+
+def out_dir() -> str:
+    path = FLAGS.out_dir
+    if not os.path.isabs(path):
+        path = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), path)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def write_csv(path: str, rows: List[dict], info: Dict[str, str]) -> None:
+    with open(path, "w", newline="") as f:
+        for key, value in info.items():
+            f.write(f"# {key}: {value}\n")
+        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def fmt(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.{digits}f}"
+
+
+def print_table(rows: List[dict], paths: Sequence[str]) -> None:
+    header = ["N", "T", "bound"] + [f"{p} µs" for p in paths] + [f"{p}/bound" for p in paths]
+    print("\n" + " | ".join(f"{h:>12}" for h in header))
+    for r in rows:
+        cells = [str(r["N"]), str(r["T"]), fmt(r["bound_us"], 2)]
+        cells += [fmt(r[f"{p}_us"]) for p in paths] + [fmt(r[f"{p}_over_bound"], 2) for p in paths]
+        print(" | ".join(f"{c:>12}" for c in cells))
+
+
+def plot(path: str, rows: List[dict], paths: Sequence[str], info: Dict[str, str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = sorted({r["N"] for r in rows})
+    cols = min(2, len(heads))
+    nrows = -(-len(heads) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 4.5 * nrows), squeeze=False)
+    for ax, n in zip(axes.flat, heads):
+        pts = sorted((r for r in rows if r["N"] == n), key=lambda r: r["T"])
+        ts = [r["T"] for r in pts]
+        for p in paths:
+            ys = [r[f"{p}_us"] for r in pts]
+            if any(not math.isnan(y) for y in ys):
+                ax.plot(ts, ys, marker="o", label=p)
+        ax.plot(ts, [r["bound_us"] for r in pts], linestyle="--", color="gray", label="bound")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ts, [str(t) for t in ts])
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens T")
+        ax.set_ylabel("µs per call (CUDA graph)")
+        ax.set_title(f"N = {n} heads, top-k {FLAGS.topk}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    for ax in list(axes.flat)[len(heads):]:
+        ax.axis("off")
+    fig.suptitle("sparse MLA: " + ", ".join(f"{k} {v}" for k, v in info.items()), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------
+# The grid
+
+
+def run_grid(info: Dict[str, str]) -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(device)
+    num_sms = props.multi_processor_count
+    l2_bytes = getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
+    heads = [int(n) for n in FLAGS.heads]
+    tokens = [int(t) for t in FLAGS.tokens]
+    paths = [p for p in FLAGS.paths if p in PATHS]
+    notes = []
+    if ("fa3" in paths or "routed" in paths) and not fa3.is_available():
+        notes.append(f"fa3: {fa3.is_available().reason} (fa3 column empty; routed fails where it routes to FA3)")
+        paths_to_run = [p for p in paths if p != "fa3"]
+    else:
+        paths_to_run = list(paths)
+
+    per_context = blocks_per_context(FLAGS.context)
+    num_blocks = max(num_copies(t, FLAGS.topk, l2_bytes) * t for t in tokens) * per_context
+    print(f"cache: {num_blocks} blocks ({num_blocks * KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE * 2 / 2**30:.1f} GiB); "
+          f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
+    if "triton" in paths_to_run or "routed" in paths_to_run:
+        precompile([
+            (t, n, FLAGS.topk, per_context, None) for n in heads for t in tokens
+        ], num_sms)
+    gen = testing.make_generator(device, FLAGS.seed)
+    kv_cache = make_cache(num_blocks, gen)
+
+    rows = []
+    for n, t in itertools.product(heads, tokens):
+        copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks, gen)
+        ref = reference_out(copies[0], kv_cache) if FLAGS.check else None
+        row = {"N": n, "T": t, "copies": len(copies), "bound_us": bound_us(t, n, FLAGS.topk)}
+        config = triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk)
+        row["triton_config"] = str(dataclasses.astuple(config))
+        row["route"] = routing.choose_kernel(n, t)
+        for p in paths:
+            us, err = float("nan"), float("nan")
+            if p in paths_to_run:
+                try:
+                    calls = path_calls(p, copies, kv_cache)
+                    us = time_graph(calls, route="fa3" if p == "fa3" else None)
+                    if ref is not None:
+                        err = testing.relative_error(copies[0].out, ref)
+                except Exception as e:  # noqa: BLE001 - one path failing must not lose the others
+                    notes.append(f"N={n} T={t} {p}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            row[f"{p}_us"], row[f"{p}_relerr"] = us, err
+            row[f"{p}_over_bound"] = us / row["bound_us"]
+        del copies
+        rows.append(row)
+        timing = "  ".join(f"{p} {fmt(row[f'{p}_us'])} µs" for p in paths)
+        print(f"N={n:<4} T={t:<5} copies={row['copies']:<3} bound {row['bound_us']:.2f} µs  {timing}  "
+              f"triton config {row['triton_config']}", flush=True)
+
+    print_table(rows, paths)
+    for note in notes:
+        print("note:", note)
+    directory = out_dir()
+    write_csv(os.path.join(directory, "bench.csv"), rows, info)
+    plot(os.path.join(directory, "bench.png"), rows, paths, info)
+    print(f"wrote {directory}/bench.csv and {directory}/bench.png")
+
+
+# --------------------------------------------------------------------------------------------------
+# The sweep
+
+
+def sweep_configs(num_tokens: int, num_heads: int, num_sms: int) -> List[triton_attention.LaunchConfig]:
+    default = triton_attention.default_launch_config(num_tokens, num_heads, num_sms, FLAGS.topk)
+    block_hs = [int(x) for x in FLAGS.sweep_block_h] or [default.block_h]
+    configs = []
+    for bh, bn, dv, s, w, st in itertools.product(
+        block_hs, [int(x) for x in FLAGS.sweep_block_n], [int(x) for x in FLAGS.sweep_block_dv],
+        [int(x) for x in FLAGS.sweep_splits], [int(x) for x in FLAGS.sweep_warps], [int(x) for x in FLAGS.sweep_stages],
+    ):
+        config = triton_attention.LaunchConfig(bh, bn, dv, s, w, st)
+        plan = triton_attention.plan_launch(num_heads, FLAGS.topk, config)
+        if plan.num_splits != s:
+            continue  # the same as a smaller split count
+        if num_tokens * plan.num_programs_per_token > FLAGS.sweep_max_waves * num_sms:
+            continue
+        configs.append(config)
+    return list(dict.fromkeys([default] + configs))
+
+
+def run_sweep(info: Dict[str, str]) -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(device)
+    num_sms = props.multi_processor_count
+    l2_bytes = getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
+    points = [tuple(int(x) for x in p.lower().split("x")) for p in FLAGS.sweep_points]
+    per_context = blocks_per_context(FLAGS.context)
+    num_blocks = max(num_copies(t, FLAGS.topk, l2_bytes) * t for _, t in points) * per_context
+    plans = {(n, t): sweep_configs(t, n, num_sms) for n, t in points}
+    print(f"sweep: {sum(len(c) for c in plans.values())} configurations over {len(points)} points; "
+          f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
+    precompile([(t, n, FLAGS.topk, per_context, c) for (n, t), cs in plans.items() for c in cs], num_sms)
+    gen = testing.make_generator(device, FLAGS.seed)
+    kv_cache = make_cache(num_blocks, gen)
+    rows, best = [], []
+    for (n, t), configs in plans.items():
+        copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks, gen)
+        ref = reference_out(copies[0], kv_cache) if FLAGS.check else None
+        results = []
+        for i, config in enumerate(configs):
+            try:
+                us = time_graph(path_calls("triton", copies, kv_cache, config=config))
+                err = testing.relative_error(copies[0].out, ref) if ref is not None else float("nan")
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: skip the configuration
+                print(f"  N={n} T={t} {config}: {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
+                continue
+            plan = triton_attention.plan_launch(n, FLAGS.topk, config)
+            if not err < RELERR_LIMIT and ref is not None:
+                print(f"  N={n} T={t} {config}: rel err {err:.2e}, expected < {RELERR_LIMIT:.0e}: excluded", flush=True)
+            else:
+                results.append((us, config))
+            rows.append({"N": n, "T": t, **dataclasses.asdict(config), "programs": t * plan.num_programs_per_token,
+                         "us": us, "relerr": err, "bound_us": bound_us(t, n, FLAGS.topk), "default": i == 0})
+        results.sort(key=lambda r: r[0])
+        default_us = next((us for us, c in results if c == configs[0]), float("nan"))
+        print(f"\nN={n} T={t}: bound {bound_us(t, n, FLAGS.topk):.2f} µs, default {fmt(default_us, 2)} µs {configs[0]}")
+        for us, config in results[:10]:
+            print(f"  {us:8.2f} µs  {config}")
+        if results:
+            best.append((n, t, results[0][0], default_us, results[0][1]))
+        del copies
+    print("\nbest configuration per point:")
+    for n, t, us, default_us, config in best:
+        print(f"  N={n} T={t}: {us:.2f} µs (default {fmt(default_us, 2)} µs) {config}")
+    if rows:
+        path = os.path.join(out_dir(), "sweep.csv")
+        write_csv(path, rows, info)
+        print(f"wrote {path}")
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    if FLAGS.out_dir is None:
+        raise app.UsageError("--out_dir is required")
+    if not torch.cuda.is_available():
+        raise app.UsageError("the benchmark needs a CUDA GPU")
+    if FLAGS.context < FLAGS.topk:
+        raise app.UsageError(f"--context ({FLAGS.context}) must be >= --topk ({FLAGS.topk})")
+    info = provenance()
+    if FLAGS.sweep:
+        run_sweep(info)
+    else:
+        run_grid(info)
+
+
+if __name__ == "__main__":
+    app.run(main)

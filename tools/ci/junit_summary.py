@@ -1,0 +1,24 @@
+"""Sums the JUnit XML files pytest wrote under bazel-testlogs and prints one closing line:
+'sparse_mla: N passed, N failed, N skipped'. Exits 1 when no test ran at all."""
+
+import pathlib
+import sys
+import xml.etree.ElementTree as ElementTree
+
+
+def main(testlogs: str) -> int:
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for path in sorted(pathlib.Path(testlogs).glob("**/test.xml")):
+        root = ElementTree.parse(path).getroot()
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        for suite in suites:
+            for key in totals:
+                totals[key] += int(suite.get(key, 0))
+    failed = totals["failures"] + totals["errors"]
+    passed = totals["tests"] - failed - totals["skipped"]
+    print(f"sparse_mla: {passed} passed, {failed} failed, {totals['skipped']} skipped")
+    return 0 if totals["tests"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "bazel-testlogs"))

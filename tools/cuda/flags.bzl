@@ -1,0 +1,16 @@
+"""The fixed nvcc flag set of every CUDA compile action. Nothing here comes from the environment."""
+
+SM90A_GENCODE = ["-gencode", "arch=compute_90a,code=sm_90a"]
+"""Hopper only: FA3 uses wgmma and setmaxnreg, which exist only in the sm_90a target."""
+
+NVCC_FLAGS = SM90A_GENCODE + [
+    "-std=c++17",
+    "-O3",
+    "--use_fast_math",
+    "--expt-relaxed-constexpr",
+    "-Xcompiler",
+    "-fPIC",
+]
+
+ACTION_PATH = "/usr/bin:/bin"
+"""PATH of the compile action: fixed, so the host's PATH never changes what nvcc runs."""

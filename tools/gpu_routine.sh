@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU routine, run from the repository root on a Hopper machine without network (our H200):
+# builds the FA3 extension from local upstream sources with Bazel and runs the GPU suite, then
+# optionally the benchmark. Logs and results go to $OUT (default: ./gpu_out).
+#
+# It expects, in the git-ignored folder .device/ (ship it with the run):
+#   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
+#   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
+# Usage: tools/gpu_routine.sh [build] [test] [bench] [-- extra bench flags]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${OUT:-$PWD/gpu_out}
+mkdir -p "$out"
+steps=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do steps+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+[ ${#steps[@]} -eq 0 ] && steps=(build test)
+
+src=/tmp/sparse_mla_upstream
+mkdir -p "$src" && tar xJf .device/upstream.tar.xz -C "$src"
+export SGL_ATTN_SRC_DIR=$src/sgl-attn CUTLASS_SRC_DIR=$src/cutlass
+export CC=/usr/bin/gcc  # the image's default /opt/gcc toolchain fails to link libstdc++
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PYTHON_BIN_PATH=${PYTHON_BIN_PATH:-$(python3 -c 'import sys; print(sys.executable)')}
+bazel=$PWD/.device/bazel
+chmod +x "$bazel"
+tools/offline/write_bazelrc.sh >/dev/null
+flags=(--config=offline --config=sm90 --jobs="$(nproc)")
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+status=0
+for step in "${steps[@]}"; do
+  case "$step" in
+    build)
+      start=$(date +%s)
+      "$bazel" build "${flags[@]}" //py:sparse_mla 2>&1 | tee "$out/build.log" | grep -E "Compiling CUDA|ERROR|error:|Elapsed|Build completed" | tail -40
+      rc=${PIPESTATUS[0]}
+      echo "build: rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
+      grep -o "Compiling CUDA [^;]*" "$out/build.log" | sort -u | sed 's/^/  built: /' | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] || status=$rc
+      cp -f bazel-bin/cc/libsparse_mla_fa3.so "$out/" 2>/dev/null
+      ;;
+    test)
+      "$bazel" test "${flags[@]}" //tests/... 2>&1 | tee "$out/test.log" | tail -40
+      rc=${PIPESTATUS[0]}
+      echo "test: rc=$rc" | tee -a "$out/summary.txt"
+      for log in bazel-testlogs/tests/*/test.log; do
+        name=$(basename "$(dirname "$log")")
+        cp -f "$log" "$out/$name.log"
+        echo "  $name: $(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1)" | tee -a "$out/summary.txt"
+      done
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    bench)
+      "$bazel" run "${flags[@]}" //tools:bench -- --out_dir="$out" "$@" 2>&1 | tee "$out/bench.log" | tail -80
+      rc=${PIPESTATUS[0]}
+      echo "bench: rc=$rc" | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+cat "$out/summary.txt"
+exit $status

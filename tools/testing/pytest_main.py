@@ -1,0 +1,29 @@
+"""Runs pytest on the files given as arguments, for Bazel tests (tools/testing/python.bzl).
+
+Writes the JUnit XML where Bazel asks (XML_OUTPUT_FILE), so test counts reach bazel-testlogs,
+keeps Triton's cache inside the test's temporary directory, and on a machine without a CUDA device
+turns on Triton's interpreter so the Triton kernels run on the CPU.
+"""
+
+import os
+import sys
+
+
+def main() -> int:
+    tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(tmp, "triton_cache"))
+    os.environ.setdefault("HOME", tmp)
+    import torch  # noqa: E402  (after the environment is set)
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import pytest  # noqa: E402
+
+    args = ["-q", "-p", "no:cacheprovider", "-rs"]
+    if "XML_OUTPUT_FILE" in os.environ:
+        args.append("--junitxml=" + os.environ["XML_OUTPUT_FILE"])
+    return pytest.main(args + sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
