@@ -21,7 +21,9 @@ compared with the fp32 reference.
 ``--sweep`` instead times the Triton kernel over a grid of launch configurations at the
 ``--sweep_points`` and prints the best configuration per point (and ``sweep.csv``). Kernels are
 compiled ahead in ``--precompile_workers`` processes (Triton's on-disk cache), which is most of the
-GPU time otherwise: the default grid compiles about 25 kernels, a sweep point about 100.
+GPU time otherwise (about 4 s of CPU per kernel): the default grid compiles about 20 kernels, a sweep
+point up to ~250 with the default ``--sweep_*`` lists (narrow them for a quick pass, e.g.
+``--sweep_block_n=32,64 --sweep_warps=4 --sweep_stages=7``).
 """
 
 import contextlib
@@ -69,13 +71,13 @@ flags.DEFINE_integer("seed", 0, "Seed of every random input.")
 flags.DEFINE_bool("check", True, "Compare each path's output with the fp32 reference (rel err in the CSV).")
 flags.DEFINE_integer("precompile_workers", min(os.cpu_count() or 1, 16), "Processes compiling Triton kernels ahead; 0 = off.")
 flags.DEFINE_bool("sweep", False, "Time the Triton kernel over launch configurations instead of the grid.")
-flags.DEFINE_list("sweep_points", ["16x1", "16x8", "128x1", "64x64"], "NxT points of the sweep.")
+flags.DEFINE_list("sweep_points", ["16x1", "16x8"], "NxT points of the sweep.")
 flags.DEFINE_list("sweep_block_h", [], "block_h values; empty = the default configuration's.")
 flags.DEFINE_list("sweep_block_n", ["16", "32", "64"], "block_n values.")
 flags.DEFINE_list("sweep_block_dv", ["64", "128", "256", "512"], "block_dv values.")
 flags.DEFINE_list("sweep_splits", ["1", "2", "4", "8", "16", "32"], "num_splits values.")
 flags.DEFINE_list("sweep_warps", ["4", "8"], "num_warps values.")
-flags.DEFINE_list("sweep_stages", ["3"], "num_stages values.")
+flags.DEFINE_list("sweep_stages", ["4", "7"], "num_stages values (KV prefetch distance (num_stages - 1) // 3).")
 flags.DEFINE_float("sweep_max_waves", 2.0, "Skip configurations with more than this many programs per SM.")
 
 BANDWIDTH_BYTES_PER_S = 4.3e12
@@ -341,6 +343,12 @@ def write_csv(path: str, rows: List[dict], info: Dict[str, str]) -> None:
         writer.writerows(rows)
 
 
+def short(config: triton_attention.LaunchConfig) -> str:
+    """``h16/n32/dv64/s16/w4/st7``: block_h, block_n, block_dv, num_splits, num_warps, num_stages."""
+    c = config
+    return f"h{c.block_h}/n{c.block_n}/dv{c.block_dv}/s{c.num_splits}/w{c.num_warps}/st{c.num_stages}"
+
+
 def fmt(x: Optional[float], digits: int = 1) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
@@ -354,11 +362,15 @@ def print_table(rows: List[dict], paths: Sequence[str]) -> None:
         print(" | ".join(f"{c:>12}" for c in cells))
 
 
-def plot(path: str, rows: List[dict], paths: Sequence[str], info: Dict[str, str]) -> None:
-    import matplotlib
+def plot(path: str, rows: List[dict], paths: Sequence[str], info: Dict[str, str]) -> bool:
+    """µs vs T, log-log, one panel per N; ``False`` (no file) when matplotlib is not installed."""
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
 
     heads = sorted({r["N"] for r in rows})
     cols = min(2, len(heads))
@@ -386,6 +398,7 @@ def plot(path: str, rows: List[dict], paths: Sequence[str], info: Dict[str, str]
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -424,7 +437,7 @@ def run_grid(info: Dict[str, str]) -> None:
         ref = reference_out(copies[0], kv_cache) if FLAGS.check else None
         row = {"N": n, "T": t, "copies": len(copies), "bound_us": bound_us(t, n, FLAGS.topk)}
         config = triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk)
-        row["triton_config"] = str(dataclasses.astuple(config))
+        row["triton_config"] = short(config)
         row["route"] = routing.choose_kernel(n, t)
         for p in paths:
             us, err = float("nan"), float("nan")
@@ -449,8 +462,11 @@ def run_grid(info: Dict[str, str]) -> None:
         print("note:", note)
     directory = out_dir()
     write_csv(os.path.join(directory, "bench.csv"), rows, info)
-    plot(os.path.join(directory, "bench.png"), rows, paths, info)
-    print(f"wrote {directory}/bench.csv and {directory}/bench.png")
+    print(f"wrote {directory}/bench.csv")
+    if plot(os.path.join(directory, "bench.png"), rows, paths, info):
+        print(f"wrote {directory}/bench.png")
+    else:
+        print("note: matplotlib is not installed: no bench.png (pip install matplotlib)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -510,15 +526,15 @@ def run_sweep(info: Dict[str, str]) -> None:
                          "us": us, "relerr": err, "bound_us": bound_us(t, n, FLAGS.topk), "default": i == 0})
         results.sort(key=lambda r: r[0])
         default_us = next((us for us, c in results if c == configs[0]), float("nan"))
-        print(f"\nN={n} T={t}: bound {bound_us(t, n, FLAGS.topk):.2f} µs, default {fmt(default_us, 2)} µs {configs[0]}")
+        print(f"\nN={n} T={t}: bound {bound_us(t, n, FLAGS.topk):.2f} µs, default {fmt(default_us, 2)} µs {short(configs[0])}")
         for us, config in results[:10]:
-            print(f"  {us:8.2f} µs  {config}")
+            print(f"  {us:8.2f} µs  {short(config)}")
         if results:
             best.append((n, t, results[0][0], default_us, results[0][1]))
         del copies
     print("\nbest configuration per point:")
     for n, t, us, default_us, config in best:
-        print(f"  N={n} T={t}: {us:.2f} µs (default {fmt(default_us, 2)} µs) {config}")
+        print(f"  N={n} T={t}: {us:.2f} µs (default {fmt(default_us, 2)} µs) {short(config)}  {config}")
     if rows:
         path = os.path.join(out_dir(), "sweep.csv")
         write_csv(path, rows, info)

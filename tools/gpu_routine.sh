@@ -35,7 +35,7 @@ for step in "${steps[@]}"; do
       "$bazel" build "${flags[@]}" //py:sparse_mla 2>&1 | tee "$out/build.log" | grep -E "Compiling CUDA|ERROR|error:|Elapsed|Build completed" | tail -40
       rc=${PIPESTATUS[0]}
       echo "build: rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
-      grep -o "Compiling CUDA [^;]*" "$out/build.log" | sort -u | sed 's/^/  built: /' | tee -a "$out/summary.txt"
+      ls bazel-bin/cc/_objs/*/ | sed "s/^/  object: /" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       cp -f bazel-bin/cc/libsparse_mla_fa3.so "$out/" 2>/dev/null
       ;;
@@ -45,9 +45,10 @@ for step in "${steps[@]}"; do
       echo "test: rc=$rc" | tee -a "$out/summary.txt"
       for log in bazel-testlogs/tests/*/test.log; do
         name=$(basename "$(dirname "$log")")
-        cp -f "$log" "$out/$name.log"
-        echo "  $name: $(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1)" | tee -a "$out/summary.txt"
+        echo "  $name: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)" | tee -a "$out/summary.txt"
       done
+      tar czf "$out/testlogs.tar.gz" -C bazel-testlogs tests
+      python3 tools/ci/junit_summary.py bazel-testlogs | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     bench)

@@ -348,8 +348,18 @@ MAX_COLUMN_BLOCKS = 8
 DEFAULT_BLOCK_N = 32
 """Top-k entries per loop step: a `[32, 576]` bf16 tile (36 KiB) per pipeline stage."""
 
-DEFAULT_NUM_STAGES = 3
-"""Pipelining depth: the top-k, block-table and KV loads are three dependent levels."""
+LOAD_CHAIN_LEVELS = 3
+"""Loads in the dependent chain of a loop step: top-k positions -> block-table entries -> KV rows.
+
+Triton's pipeliner gives each level ``(num_stages - 1) // 3`` steps of prefetch, so the KV tile is
+single-buffered up to ``num_stages = 6`` (the next tile is only requested after this step's dots) and
+double-buffered from 7 on (checked in the sm_90a TTGIR of triton 3.6.0)."""
+
+DEFAULT_NUM_STAGES = 2 * LOAD_CHAIN_LEVELS + 1
+"""7: the KV tile of the next step is in flight while this step computes."""
+
+SINGLE_BUFFER_NUM_STAGES = LOAD_CHAIN_LEVELS + 1
+"""4: for the one default shape where a second KV buffer does not fit in shared memory."""
 
 KV_ROW_BYTES = KV_CACHE_HEAD_SIZE * 2
 """One gathered bf16 cache slot: 1152 bytes."""
@@ -370,7 +380,7 @@ class LaunchConfig:
     block_dv: int  # output columns per program, divides 512; below 512 the QK product is repeated
     num_splits: int  # programs sharing one token's top-k row; 1 = no workspace and no merge
     num_warps: int
-    num_stages: int  # software-pipelining depth of the top-k loop (Triton's num_stages)
+    num_stages: int  # Triton's pipelining depth; KV tiles are prefetched (num_stages - 1) // 3 steps ahead
 
 
 def _critical_path_bytes(
@@ -400,6 +410,9 @@ def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: i
        the merges small. Ties go to fewer programs. When ``T * ceil(N / block_h)`` programs fill
        the SMs already, nothing is split.
     3. ``num_warps``: 8 where a program holds a `[>= 32, >= 256]` fp32 accumulator, else 4.
+    4. ``num_stages``: 7, a double-buffered KV tile (:data:`LOAD_CHAIN_LEVELS`), except for
+       ``block_h = 64`` with ``block_dv = 256``, whose second buffer would need 230 KiB of shared
+       memory (sm_90a allows 227 KiB): 4 there.
 
     Parameters
     ----------
@@ -428,7 +441,8 @@ def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: i
         _, _, splits, column_blocks = min(candidates)
     block_dv = KV_LORA_RANK // column_blocks
     num_warps = 8 if block_h >= 32 and block_dv >= 256 else 4
-    return LaunchConfig(block_h, block_n, block_dv, splits, num_warps, DEFAULT_NUM_STAGES)
+    num_stages = SINGLE_BUFFER_NUM_STAGES if block_h >= 64 and block_dv == 256 else DEFAULT_NUM_STAGES
+    return LaunchConfig(block_h, block_n, block_dv, splits, num_warps, num_stages)
 
 
 def _check_config(config: LaunchConfig) -> None:
