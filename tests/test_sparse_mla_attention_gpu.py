@@ -135,7 +135,8 @@ def test_invalid_entries_are_skipped():
     topk = case.topk_indices
     topk[0] = -1
     topk[1, :64] = case.token_kv_len[1] + torch.arange(64, device=topk.device, dtype=torch.int32)
-    topk[2, :64] = case.block_table.shape[1] * KV_BLOCK_SIZE + 5
+    case.token_kv_len[2] = 1 << 20  # past the block table: its width decides
+    topk[2, :64] = case.block_table.shape[1] * KV_BLOCK_SIZE + torch.arange(64, device=topk.device, dtype=torch.int32)
     used_columns = topk[3][topk[3] >= 0][:32].long() // KV_BLOCK_SIZE
     case.block_table[case.req_id[3].long(), used_columns] = case.num_blocks + 1
     out, lse = poisoned_outputs(4, 16)

@@ -35,7 +35,7 @@ for step in "${steps[@]}"; do
       "$bazel" build "${flags[@]}" //py:sparse_mla 2>&1 | tee "$out/build.log" | grep -E "Compiling CUDA|ERROR|error:|Elapsed|Build completed" | tail -40
       rc=${PIPESTATUS[0]}
       echo "build: rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
-      ls bazel-bin/cc/_objs/*/ | sed "s/^/  object: /" | tee -a "$out/summary.txt"
+      find bazel-bin/cc/_objs -name "*.o" | sed "s/^/  object: /" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       cp -f bazel-bin/cc/libsparse_mla_fa3.so "$out/" 2>/dev/null
       ;;

@@ -82,7 +82,8 @@ THREADS_PER_WARP = 32
 
 
 # Sizes that vary from call to call are not specialized (Triton would compile a variant for values equal
-# to 1 or divisible by 16): one compiled kernel per launch configuration serves every batch.
+# to 1 or divisible by 16), so batches of any size share one compiled kernel per launch configuration;
+# strides stay specialized (unit strides make the index loads vector loads).
 @triton.jit(do_not_specialize=["num_heads", "topk", "num_reqs", "max_blocks", "num_blocks", "num_splits"])
 def _sparse_mla_attention_kernel(
     q_nope_ptr,  # [T, N, 512] bf16, unit stride along the last dim
@@ -165,7 +166,10 @@ def _sparse_mla_attention_kernel(
         mask=head_ok[:, None],
         other=0.0,
     )  # [BLOCK_H, 64]
-    if DOT_FP32:  # sparse_mla.kernels.triton_support: the interpreter's bf16 tl.dot is wrong
+    if DOT_FP32:
+        # Only in Triton's interpreter (CPU tests), whose tl.dot is wrong on bf16 operands (see
+        # sparse_mla.kernels.triton_support): every dot runs on fp32 copies there. Compiled kernels
+        # keep bf16 operands on the tensor cores, with fp32 accumulation.
         q_nope = q_nope.to(tl.float32)
         q_rope = q_rope.to(tl.float32)
 
@@ -407,8 +411,9 @@ def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: i
        with ``waves = ceil(programs / num_sms)``, plus the merge the last program of a group does
        alone, ``splits * block_h * block_dv * 4`` fp32 bytes. Few tokens thus split their top-k row
        until the SMs fill, and cut the output columns (``block_dv < 512``, at most 8 blocks) to keep
-       the merges small. Ties go to fewer programs. When ``T * ceil(N / block_h)`` programs fill
-       the SMs already, nothing is split.
+       the merges small. Ties go to fewer programs. When ``T * ceil(N / block_h)`` programs
+       already occupy half the SMs or more, nothing is split (splitting would only trade one
+       partly idle wave for several, plus merges).
     3. ``num_warps``: 8 where a program holds a `[>= 32, >= 256]` fp32 accumulator, else 4.
     4. ``num_stages``: 7, a double-buffered KV tile (:data:`LOAD_CHAIN_LEVELS`), except for
        ``block_h = 64`` with ``block_dv = 256``, whose second buffer would need 230 KiB of shared
@@ -432,7 +437,7 @@ def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: i
     head_blocks = triton.cdiv(num_heads, block_h)
     tokens = max(num_tokens, 1)
     splits, column_blocks = 1, 1
-    if tokens * head_blocks < num_sms:  # else the SMs are full already: never split
+    if 2 * tokens * head_blocks <= num_sms:  # else at least half the SMs are busy: splitting buys little
         candidates = [
             (_critical_path_bytes(tokens, head_blocks, block_h, s, blocks, topk, num_sms), s * blocks, s, blocks)
             for blocks in (1 << i for i in range(MAX_COLUMN_BLOCKS.bit_length()))
@@ -522,6 +527,7 @@ class SplitWorkspace:
     Parameters
     ----------
     device : torch.device
+        Where the kernel runs.
     partial_values : int
         fp32 partial-output values, ``T * splits * head_blocks * block_h * 512`` for a call.
     partial_lse_values : int
@@ -531,8 +537,8 @@ class SplitWorkspace:
 
     Example
     -------
-    >>> ws = SplitWorkspace.for_max_tokens(max_num_tokens=64, num_heads=16, device=torch.device("cuda"))
-    >>> out = sparse_mla_attention(..., workspace=ws)
+    >>> ws = SplitWorkspace.for_max_tokens(64, num_heads=16, device=torch.device("cuda"), topk=2048)
+    >>> out = sparse_mla_attention(..., workspace=ws)   # any T <= 64, default configuration
     """
 
     def __init__(self, device: torch.device, partial_values: int, partial_lse_values: int, num_counters: int):
@@ -557,14 +563,17 @@ class SplitWorkspace:
     def for_max_tokens(
         cls, max_num_tokens: int, num_heads: int, device: torch.device, topk: int, num_sms: Optional[int] = None
     ) -> "SplitWorkspace":
-        """A workspace for every call of up to ``max_num_tokens`` tokens under :func:`default_launch_config`."""
+        """A workspace for every call of up to ``max_num_tokens`` tokens under :func:`default_launch_config`.
+
+        ``num_sms`` defaults to the device's SM count. At most 17.3 MB of partials on an H200 (132 SMs), any N <= 128.
+        """
         sms = _num_sms(device) if num_sms is None else num_sms
         need = [0, 0, 0]
         for t in range(1, max_num_tokens + 1):
             config = default_launch_config(t, num_heads, sms, topk)
             need = [max(a, b) for a, b in zip(need, cls.sizes(t, num_heads, topk, config))]
-            if t * triton.cdiv(num_heads, config.block_h) >= sms:
-                break  # the SMs are full without splitting: larger batches never split (rule 2)
+            if 2 * t * triton.cdiv(num_heads, config.block_h) > sms:
+                break  # larger batches never split (rule 2)
         return cls(device, *need)
 
     def fits(self, sizes: Tuple[int, int, int]) -> bool:
@@ -602,7 +611,12 @@ INTERPRETER_NUM_SMS = 4
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return INTERPRETER_NUM_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return _cuda_num_sms(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # --------------------------------------------------------------------------------------------------
