@@ -30,7 +30,7 @@ from sparse_mla.constants import (
 )
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting
-from sparse_mla.reference import sparse_mla_reference, topk_to_slots_reference
+from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference, topk_to_slots_reference
 
 CPU = torch.device("cpu")
 POISON = 0x7F7F7F7F
@@ -192,8 +192,9 @@ def test_backend_description():
     assert SparseMLABackend.supported_dtypes == [torch.bfloat16]
     assert SparseMLABackend.supported_kv_cache_dtypes == ["auto"]
     assert SparseMLABackend.supports_compute_capability((9, 0))
-    assert not SparseMLABackend.supports_compute_capability((8, 0))
-    assert not SparseMLABackend.supports_compute_capability((10, 0))
+    assert SparseMLABackend.supports_compute_capability((8, 0))  # the Triton kernels serve it
+    assert SparseMLABackend.supports_compute_capability((10, 0))
+    assert not SparseMLABackend.supports_compute_capability((7, 5))  # no bf16 tensor cores
     assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576) == (100, 64, 576)
     assert SparseMLABackend.get_metadata_cls() is SparseMLAMetadata
     assert SparseMLABackend.get_builder_cls() is SparseMLAMetadataBuilder
@@ -214,15 +215,16 @@ def test_kv_cache_shape_rejects_other_layouts(args, message):
         SparseMLABackend.get_kv_cache_shape(*args)
 
 
-def test_validate_configuration_served():
-    reasons = SparseMLABackend.validate_configuration(576, torch.bfloat16, "auto", 64, device_capability=(9, 0))
-    # Everything but the extension is served; the extension needs a Hopper GPU and the Bazel build.
-    assert all(r.startswith("FA3 not available: ") for r in reasons), f"unexpected reasons {reasons}"
+@pytest.mark.parametrize("capability", [(9, 0), (8, 0)])
+def test_validate_configuration_served(capability):
+    # Served with or without the FA3 extension: without it the Triton kernel takes every batch.
+    reasons = SparseMLABackend.validate_configuration(576, torch.bfloat16, "auto", 64, device_capability=capability)
+    assert reasons == [], f"expected no reasons, got {reasons}"
 
 
 def test_validate_configuration_lists_every_reason():
     reasons = SparseMLABackend.validate_configuration(
-        512, torch.float16, "fp8", 16, use_mla=False, has_sink=True, use_sparse=False, device_capability=(8, 0)
+        512, torch.float16, "fp8", 16, use_mla=False, has_sink=True, use_sparse=False, device_capability=(7, 5)
     )
     expected = [
         "head size 512 not supported (expected one of [576])",
@@ -232,7 +234,7 @@ def test_validate_configuration_lists_every_reason():
         "non-MLA attention not supported",
         "attention sinks not supported",
         "dense MLA not supported (sparse top-k attention only)",
-        "compute capability 8.0 not supported (expected 9.x)",
+        "compute capability 7.5 not supported (expected >= 8.0)",
     ]
     assert reasons == expected, f"reasons expected {expected}, got {reasons}"
 
@@ -340,11 +342,6 @@ def test_fa3_num_splits_bounds_the_workspace(num_heads):
     assert fa3_num_splits(1, 16, H200_SMS) == 32 and fa3_num_splits(16, 16, H200_SMS) == 9
 
 
-def test_routing_sends_everything_to_fa3_for_now():
-    for num_tokens in (1, 64, 8192):
-        assert routing.choose_kernel(16, num_tokens) == "fa3"
-
-
 # ------------------------------------------------------------------------------------------------ triton route
 
 
@@ -366,9 +363,8 @@ def test_forward_on_the_triton_route_matches_reference(monkeypatch):
     output = torch.full((batch.num_tokens + 1, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16)
     out, lse = SparseMLAImpl(num_heads).forward((q_nope, q_rope), kv_cache, md, topk, output=output, return_lse=True)
 
-    slots, count = topk_to_slots_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
-                                           num_blocks)
-    slot_ids = torch.where(torch.arange(INDEX_TOPK)[None, :] < count[:, None], slots, -1)
+    slot_ids = global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
+                                         num_blocks)
     slot_ids = torch.cat([slot_ids, torch.full((1, INDEX_TOPK), -1, dtype=torch.int32)])  # padding: nothing
     ref_out, ref_lse = sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
     rel = testing.relative_error(out, ref_out)

@@ -4,14 +4,13 @@ Each step writes the new tokens' K/V into the cache, builds the metadata, conver
 attends through ``SparseMLAImpl.forward`` (FA3); the reference reads a cache written by PyTorch.
 """
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import pytest
 import torch
 
 from sparse_mla import routing, testing
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
-from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
     INDEX_TOPK,
@@ -21,7 +20,7 @@ from sparse_mla.constants import (
 )
 from sparse_mla.kernels.kv_cache_writer import write_kv
 from sparse_mla.ops import fa3
-from sparse_mla.reference import sparse_mla_reference, topk_to_slots_reference
+from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -50,41 +49,10 @@ def route(request, monkeypatch):
     return request.param
 
 
-def _common(
-    batch: testing.SparseMLABatch,
-    num_actual_tokens: Optional[int] = None,
-    num_padded_reqs: int = 0,
-    block_table: Optional[torch.Tensor] = None,
-) -> CommonAttentionMetadata:
-    """The engine's view of a batch; padded request slots repeat the last start and have seq_len 0."""
-    device = batch.query_start_loc.device
-    query_start_loc = torch.cat([batch.query_start_loc, batch.query_start_loc[-1:].repeat(num_padded_reqs)])
-    seq_lens = torch.tensor(batch.seq_lens + [0] * num_padded_reqs, dtype=torch.int32, device=device)
-    num_tokens = batch.num_tokens if num_actual_tokens is None else num_actual_tokens
-    slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)
-    slot_mapping[: batch.num_tokens] = batch.slot_mapping
-    if block_table is None:
-        block_table = torch.cat([batch.block_table, batch.block_table[:1].repeat(num_padded_reqs, 1)])
-    return CommonAttentionMetadata(
-        query_start_loc=query_start_loc,
-        query_start_loc_cpu=query_start_loc.cpu(),
-        seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens.cpu(),
-        num_reqs=len(batch.seq_lens) + num_padded_reqs,
-        num_actual_tokens=num_tokens,
-        max_query_len=max(batch.query_lens),
-        max_seq_len=max(batch.seq_lens),
-        slot_mapping=slot_mapping,
-        block_table_tensor=block_table,
-    )
-
-
 def _reference(batch, q_nope, q_rope, kv_cache, num_blocks, topk_indices=None):
     """fp32 output and LSE over the slots the reference conversion selects (-1 past the valid count)."""
     topk_indices = batch.topk_indices if topk_indices is None else topk_indices
-    slots, count = topk_to_slots_reference(topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks)
-    columns = torch.arange(slots.shape[1], device=slots.device)
-    slot_ids = torch.where(columns[None, :] < count[:, None], slots, -1)
+    slot_ids = global_slot_ids_reference(topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks)
     return sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
 
 
@@ -114,7 +82,7 @@ def _layer_step(seq_lens, query_lens, num_heads, pattern, seed, empty_rows: Sequ
     ref_cache = kv_cache.clone()
     ref_cache.view(-1, KV_CACHE_HEAD_SIZE)[batch.slot_mapping] = new_kv[:num_real]
 
-    common = _common(batch, num_actual_tokens=num_tokens, num_padded_reqs=1 if padding else 0)
+    common = testing.common_metadata(batch, num_actual_tokens=num_tokens, num_padded_reqs=1 if padding else 0)
     write_kv(new_kv[:, :KV_LORA_RANK], new_kv[:, KV_LORA_RANK:].unsqueeze(1), kv_cache, common.slot_mapping)
     assert torch.equal(kv_cache.view(torch.int16), ref_cache.view(torch.int16)), "write_kv differs from the reference"
 
@@ -189,7 +157,7 @@ def test_cuda_graph_replay_with_fewer_real_tokens_equals_eager(route):
         block_table.zero_()
         block_table[: len(seq_lens), : batch.block_table.shape[1]] = batch.block_table
         batch.block_table = block_table[: len(seq_lens)]
-        common = _common(batch, padded_tokens, padded_reqs, block_table=block_table)
+        common = testing.common_metadata(batch, padded_tokens, padded_reqs, block_table=block_table)
         return batch, builder.build(0, common)
 
     def forward(metadata, out):

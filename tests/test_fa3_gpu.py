@@ -78,7 +78,7 @@ def test_fa3_matches_reference(num_heads, num_tokens, num_splits, capsys):
     assert int(count.min()) < INDEX_TOPK or num_tokens == 1  # some rows have fewer valid ids
 
     out, lse = _fa3_sparse_mla(q_nope, q_rope, kv_cache, page_table, count, num_splits)
-    slot_ids = torch.where(torch.arange(INDEX_TOPK, device=CUDA)[None, :] < count[:, None], page_table, -1)
+    slot_ids = reference.global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks)
     ref_out, ref_lse = reference.sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
     out_err = testing.relative_error(out, ref_out)
     lse_err = testing.relative_error(lse, ref_lse)
@@ -102,13 +102,20 @@ def test_fa3_empty_rows_give_zero_output():
         assert torch.isfinite(out[1]).all()
 
 
-def test_variant_not_built_raises_naming_the_flag():
-    """Head dim 64 with value dim 64 is not in the default build: a clear error, no crash."""
+@pytest.mark.parametrize(
+    "q_dtype, error, message",
+    [
+        # Head dim 64 with value dim 64 is not in the default build: a clear error, no crash.
+        (torch.bfloat16, RuntimeError, "fa3_variants=hdim64"),
+        (torch.float32, TypeError, "argument 'q' expected dtype torch.bfloat16, got torch.float32"),
+    ],
+)
+def test_unsupported_calls_raise(q_dtype, error, message):
     if not fa3.is_available():
         pytest.skip(fa3.is_available().reason)
-    q = torch.randn(2, 4, 64, device=CUDA, dtype=torch.bfloat16)
+    q = torch.randn(2, 4, 64, device=CUDA, dtype=q_dtype)
     cache = torch.randn(8, 1, 1, 64, device=CUDA, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="fa3_variants=hdim64"):
+    with pytest.raises(error, match=message):
         fa3.flash_attn_with_kvcache(
             q, cache, cache,
             page_table=torch.zeros(2, 4, dtype=torch.int32, device=CUDA),
@@ -117,12 +124,3 @@ def test_variant_not_built_raises_naming_the_flag():
             max_seqlen_q=1,
             num_splits=1,
         )
-
-
-def test_bad_arguments_raise_before_the_kernel():
-    if not fa3.is_available():
-        pytest.skip(fa3.is_available().reason)
-    q = torch.randn(2, 4, 64, device=CUDA, dtype=torch.float32)
-    cache = torch.randn(8, 1, 1, 64, device=CUDA, dtype=torch.bfloat16)
-    with pytest.raises(TypeError, match="argument 'q' expected dtype torch.bfloat16, got torch.float32"):
-        fa3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=torch.arange(3, dtype=torch.int32, device=CUDA), max_seqlen_q=1)

@@ -7,7 +7,6 @@ from sparse_mla import testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK
 from sparse_mla.kernels.kv_cache_writer import write_kv
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
-from sparse_mla.reference import topk_to_slots_reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -26,13 +25,6 @@ def _blocks_for(seq_lens):
     return sum(-(-s // KV_BLOCK_SIZE) for s in seq_lens) + 8
 
 
-def _assert_matches_reference(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count):
-    ref_slots, ref_count = topk_to_slots_reference(topk, req_id, token_kv_len, block_table, num_blocks)
-    assert torch.equal(valid_count, ref_count), "valid_count differs from the reference"
-    mismatched = (slot_ids != ref_slots).nonzero()
-    assert len(mismatched) == 0, f"slot_ids differ from the reference at (token, column) {mismatched[:5].tolist()}"
-
-
 @pytest.mark.parametrize("batch_kind", sorted(BATCHES))
 @pytest.mark.parametrize("pattern", testing.INVALID_PATTERNS)
 def test_topk_to_slots_matches_reference(batch_kind, pattern):
@@ -46,7 +38,7 @@ def test_topk_to_slots_matches_reference(batch_kind, pattern):
     valid_count = torch.full((batch.num_tokens,), POISON, dtype=torch.int32, device=device)
     topk_to_slots(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks,
                   slot_ids=slot_ids, valid_count=valid_count)
-    _assert_matches_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks,
+    testing.assert_slots_match_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks,
                               slot_ids, valid_count)
 
 
@@ -60,7 +52,7 @@ def test_topk_to_slots_drops_out_of_range_entries():
     token_kv_len = torch.randint(0, 3000, (num_tokens,), generator=gen, device=device, dtype=torch.int32)
     topk = torch.randint(-5, 3000, (num_tokens, INDEX_TOPK), generator=gen, device=device, dtype=torch.int32)
     slot_ids, valid_count = topk_to_slots(topk, req_id, token_kv_len, block_table, num_blocks)
-    _assert_matches_reference(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count)
+    testing.assert_slots_match_reference(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count)
     assert ((slot_ids >= 0) & (slot_ids < num_blocks * KV_BLOCK_SIZE)).all(), "a slot id outside the cache"
 
 
@@ -91,7 +83,7 @@ def test_topk_to_slots_replays_in_a_cuda_graph():
     slot_ids.fill_(POISON)
     valid_count.fill_(POISON)
     graph.replay()
-    _assert_matches_reference(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count)
+    testing.assert_slots_match_reference(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count)
 
 
 def test_write_kv_matches_reference():

@@ -38,8 +38,7 @@ def test_sparse_mla_reference_matches_naive_loops(pattern):
     batch = testing.make_batch([40, 130], [2, 3], num_blocks=8, generator=g, topk=48, pattern=pattern, drop_fraction=0.2)
     kv_cache = testing.make_kv_cache(8, CPU, g)
     q_nope, q_rope = testing.make_queries(batch.num_tokens, 3, CPU, g)
-    slots, count = reference.topk_to_slots_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, 8)
-    slot_ids = torch.where(torch.arange(48)[None, :] < count[:, None], slots, -1)
+    slot_ids = reference.global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, 8)
     slot_ids[0] = -1  # one token without any valid slot
     out, lse = reference.sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
     want_out, want_lse = _naive(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)

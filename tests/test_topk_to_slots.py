@@ -9,7 +9,6 @@ from sparse_mla import testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
-from sparse_mla.reference import topk_to_slots_reference
 
 pytestmark = pytest.mark.skipif(
     not interpreting() and not torch.cuda.is_available(),
@@ -37,13 +36,6 @@ def _poisoned_outputs(num_tokens, topk):
     return slot_ids, valid_count
 
 
-def _assert_matches_reference(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count):
-    ref_slots, ref_count = topk_to_slots_reference(topk, req_id, token_kv_len, block_table, num_blocks)
-    assert torch.equal(valid_count, ref_count), f"valid_count expected {ref_count.tolist()}, got {valid_count.tolist()}"
-    mismatched = (slot_ids != ref_slots).nonzero()
-    assert len(mismatched) == 0, f"slot_ids differ from the reference at (token, column) {mismatched[:5].tolist()}"
-
-
 @pytest.mark.parametrize("batch_kind", sorted(BATCHES))
 @pytest.mark.parametrize("pattern", testing.INVALID_PATTERNS)
 def test_matches_reference(batch_kind, pattern):
@@ -56,7 +48,7 @@ def test_matches_reference(batch_kind, pattern):
         slot_ids=slot_ids, valid_count=valid_count,
     )
     assert got[0] is slot_ids and got[1] is valid_count, "expected the caller's output buffers back"
-    _assert_matches_reference(
+    testing.assert_slots_match_reference(
         batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS, slot_ids, valid_count
     )
 
@@ -77,7 +69,7 @@ def test_out_of_range_positions_and_blocks_are_dropped():
     topk_indices, req_id, token_kv_len, block_table, num_blocks = _out_of_range_case()
     slot_ids, valid_count = _poisoned_outputs(*topk_indices.shape)
     topk_to_slots(topk_indices, req_id, token_kv_len, block_table, num_blocks, slot_ids=slot_ids, valid_count=valid_count)
-    _assert_matches_reference(topk_indices, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count)
+    testing.assert_slots_match_reference(topk_indices, req_id, token_kv_len, block_table, num_blocks, slot_ids, valid_count)
     assert valid_count[3] == 0, "a token of length 0 (padding) expected no valid entry"
     assert (slot_ids < num_blocks * KV_BLOCK_SIZE).all() and (slot_ids >= 0).all(), "a slot id outside the cache"
 
@@ -107,7 +99,7 @@ def test_strided_inputs_and_outputs():
         topk_indices, req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS,
         slot_ids=page_table[:num_tokens], valid_count=counts[:, 1],
     )
-    _assert_matches_reference(
+    testing.assert_slots_match_reference(
         batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS,
         page_table[:num_tokens], counts[:, 1],
     )
@@ -119,7 +111,7 @@ def test_allocates_outputs_and_handles_zero_tokens():
     gen = testing.make_generator(DEVICE, seed=4)
     batch = testing.make_batch([100], [2], NUM_BLOCKS, gen, topk=64)
     slot_ids, valid_count = topk_to_slots(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS)
-    _assert_matches_reference(
+    testing.assert_slots_match_reference(
         batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS, slot_ids, valid_count
     )
     empty = torch.empty(0, 64, dtype=torch.int32, device=DEVICE)

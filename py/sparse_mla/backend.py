@@ -41,8 +41,10 @@ from sparse_mla.kernels.sparse_mla_attention import sparse_mla_attention
 from sparse_mla.kernels.topk_to_slots import check_topk_indices, topk_to_slots
 from sparse_mla.ops import fa3
 
-SUPPORTED_COMPUTE_CAPABILITY_MAJOR = 9
-"""Hopper (SM 9.x): the FA3 build targets sm_90a only."""
+MIN_COMPUTE_CAPABILITY = (8, 0)
+"""bf16 tensor cores, which the Triton kernels need. FA3 additionally needs Hopper (9.x: the build
+targets sm_90a only); elsewhere, or without the FA3 extension, :mod:`sparse_mla.routing` sends every
+batch to the Triton kernel. Measured and tested on an H200 only."""
 
 FA3_TILE_M = 64
 """Query rows per FA3 tile for head dim 64 / value dim 512 in bf16 (sgl-attn ``hopper/tile_size.h``)."""
@@ -84,7 +86,7 @@ class SparseMLABackend:
 
     @staticmethod
     def supports_compute_capability(capability: Tuple[int, int]) -> bool:
-        return capability[0] == SUPPORTED_COMPUTE_CAPABILITY_MAJOR
+        return tuple(capability) >= MIN_COMPUTE_CAPABILITY
 
     @staticmethod
     def get_kv_cache_shape(
@@ -148,7 +150,7 @@ class SparseMLABackend:
             Model features: MLA, attention sinks, DeepSeek sparse attention.
         device_capability : tuple of int, optional
             ``(major, minor)``; by default the current CUDA device's. On a served capability the
-            FA3 extension is then loaded on the current device (:func:`sparse_mla.ops.fa3.is_available`).
+            A missing FA3 extension is no reason: those batches run on the Triton kernel.
 
         Returns
         -------
@@ -181,12 +183,8 @@ class SparseMLABackend:
         if not cls.supports_compute_capability(capability):
             reasons.append(
                 f"compute capability {capability[0]}.{capability[1]} not supported "
-                f"(expected {SUPPORTED_COMPUTE_CAPABILITY_MAJOR}.x)"
+                f"(expected >= {MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]})"
             )
-            return reasons
-        availability = fa3.is_available()  # probes the current device and loads the extension
-        if not availability:
-            reasons.append(f"FA3 not available: {availability.reason}")
         return reasons
 
 

@@ -113,3 +113,23 @@ def topk_to_slots_reference(
     slots = torch.where(valid, block * block_size + pos % block_size, torch.zeros_like(pos))
     order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices
     return torch.gather(slots, 1, order).to(torch.int32), valid.sum(dim=1).to(torch.int32)
+
+
+def global_slot_ids_reference(
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    num_blocks: int,
+) -> torch.Tensor:
+    """The slot ids :func:`sparse_mla_reference` takes: :func:`topk_to_slots_reference`'s valid
+    slots first, ``-1`` after them.
+
+    Returns
+    -------
+    torch.Tensor
+        `[T, K]` int32.
+    """
+    slots, count = topk_to_slots_reference(topk_indices, req_id, token_kv_len, block_table, num_blocks)
+    columns = torch.arange(slots.shape[1], device=slots.device)[None, :]
+    return torch.where(columns < count[:, None], slots, torch.full_like(slots, -1))

@@ -5,11 +5,13 @@ unwritten outputs and wrong indexing show up as errors.
 """
 
 import dataclasses
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.common_metadata import CommonAttentionMetadata
+from sparse_mla.reference import topk_to_slots_reference
+from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK
 
 INVALID_PATTERNS = ("end", "start", "scattered")
 """Where the -1 entries of a top-k row sit: after the valid ones, before them, or shuffled in."""
@@ -161,9 +163,67 @@ def make_batch(
     )
 
 
+def common_metadata(
+    batch: SparseMLABatch,
+    num_actual_tokens: Optional[int] = None,
+    num_padded_reqs: int = 0,
+    block_table: Optional[torch.Tensor] = None,
+) -> CommonAttentionMetadata:
+    """The engine's view of ``batch``, optionally CUDA-graph padded.
+
+    Parameters
+    ----------
+    batch : SparseMLABatch
+        The real requests.
+    num_actual_tokens : int, optional
+        Padded token count (>= ``batch.num_tokens``); padded tokens get slot -1.
+    num_padded_reqs : int
+        Extra request slots that repeat the last ``query_start_loc`` and have ``seq_len`` 0.
+    block_table : torch.Tensor, optional
+        `[R + num_padded_reqs, max_blocks]` int32; by default the batch's, padded rows copying row 0.
+    """
+    device = batch.query_start_loc.device
+    query_start_loc = torch.cat([batch.query_start_loc, batch.query_start_loc[-1:].repeat(num_padded_reqs)])
+    seq_lens = torch.tensor(batch.seq_lens + [0] * num_padded_reqs, dtype=torch.int32, device=device)
+    num_tokens = batch.num_tokens if num_actual_tokens is None else num_actual_tokens
+    slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)
+    slot_mapping[: batch.num_tokens] = batch.slot_mapping
+    if block_table is None:
+        block_table = torch.cat([batch.block_table, batch.block_table[:1].repeat(num_padded_reqs, 1)])
+    return CommonAttentionMetadata(
+        query_start_loc=query_start_loc,
+        query_start_loc_cpu=query_start_loc.cpu(),
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.cpu(),
+        num_reqs=len(batch.seq_lens) + num_padded_reqs,
+        num_actual_tokens=num_tokens,
+        max_query_len=max(batch.query_lens),
+        max_seq_len=max(batch.seq_lens),
+        slot_mapping=slot_mapping,
+        block_table_tensor=block_table,
+    )
+
+
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """``‖out − ref‖ / ‖ref‖`` in float64; NaN anywhere in ``out`` gives ``inf``."""
     out64, ref64 = out.double(), ref.double()
     if not torch.isfinite(out64).all():
         return float("inf")
     return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+
+
+def assert_slots_match_reference(
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    num_blocks: int,
+    slot_ids: torch.Tensor,
+    valid_count: torch.Tensor,
+) -> None:
+    """Assert an index conversion's output equals :func:`~sparse_mla.reference.topk_to_slots_reference`'s
+    exactly, naming the first mismatching (token, column) entries."""
+    ref_slots, ref_count = topk_to_slots_reference(topk_indices, req_id, token_kv_len, block_table, num_blocks)
+    assert torch.equal(valid_count, ref_count), f"valid_count expected {ref_count.tolist()}, got {valid_count.tolist()}"
+    mismatched = (slot_ids != ref_slots).nonzero()
+    assert len(mismatched) == 0, f"slot_ids differ from the reference at (token, column) {mismatched[:5].tolist()}"

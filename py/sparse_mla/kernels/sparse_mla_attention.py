@@ -49,7 +49,7 @@ Example
 import dataclasses
 import functools
 import math
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import triton
@@ -76,6 +76,17 @@ MERGE_ELEMS_PER_THREAD = 64
 
 THREADS_PER_WARP = 32
 """NVIDIA warp width, for the merge's register budget."""
+
+ABLATIONS = {
+    "gather": "ABLATE_GATHER",  # KV rows from contiguous slots at the request's first block: no index chain, no scatter
+    "qk": "ABLATE_QK",  # no score product (scores 0), nor the c_kv / k_rope loads only it needs
+    "pv": "ABLATE_PV",  # no value product (nor the value-column load when block_dv < 512)
+    "merge": "ABLATE_MERGE",  # the last program of a split group skips the merge (partials still written)
+    "loop": None,  # no top-k loop at all: launch, query loads, partial stores and merge only
+}
+"""Stage ablations for ``tools/bench.py --ablate`` (private ``_ablate=`` of :func:`sparse_mla_attention`):
+each drops one stage so that its cost shows as a time difference. Results are wrong under any of them;
+all default off and are compile-time constants, so the production kernel is unchanged."""
 
 # --------------------------------------------------------------------------------------------------
 # The kernel
@@ -134,6 +145,10 @@ def _sparse_mla_attention_kernel(
     MERGE_DV: tl.constexpr,
     HAS_LSE: tl.constexpr,
     DOT_FP32: tl.constexpr,
+    ABLATE_GATHER: tl.constexpr = False,  # benchmark-only stage ablations (see ABLATIONS); wrong results
+    ABLATE_QK: tl.constexpr = False,
+    ABLATE_PV: tl.constexpr = False,
+    ABLATE_MERGE: tl.constexpr = False,
 ):
     # Program -> (token, split, head block, column block). The programs of one token and split are
     # adjacent in launch order, so the ones reading the same KV rows run together (L2 reuse).
@@ -180,29 +195,42 @@ def _sparse_mla_attention_kernel(
     block_table_row = block_table_ptr + req * block_table_stride_r
     col_begin = split * (SPLIT_ITERS * BLOCK_N)
     col_end = tl.minimum(col_begin + SPLIT_ITERS * BLOCK_N, topk)
+    if ABLATE_GATHER:
+        # Contiguous slots from the request's first block on: no top-k / block-table chain, no scatter.
+        num_slots = num_blocks.to(tl.int64) * BLOCK_SIZE
+        first_block = tl.load(block_table_row, mask=kv_len > 0, other=0)
+        first_slot = tl.minimum(tl.maximum(first_block, 0), num_blocks - 1).to(tl.int64) * BLOCK_SIZE
     # A constexpr trip count: Triton's interpreter cannot run a loop with runtime bounds (numpy >= 2.4
     # refuses its one-element-array loop bounds), and the pipeliner likes a known count.
     for step in range(SPLIT_ITERS):
         cols = col_begin + step * BLOCK_N + tl.arange(0, BLOCK_N)
-        pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
-        block_col = pos // BLOCK_SIZE
-        valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
-        block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
-        valid = valid & (block >= 0) & (block < num_blocks)
-        row = (block.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_SIZE  # [BLOCK_N] slot offsets
-        c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
-        k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
-        if BLOCK_DV == LORA_RANK:
+        if ABLATE_GATHER:
+            valid = (cols < col_end) & (kv_len > 0)
+            row = ((first_slot + cols) % num_slots) * HEAD_SIZE  # [BLOCK_N] slot offsets
+        else:
+            pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
+            block_col = pos // BLOCK_SIZE
+            valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
+            block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
+            valid = valid & (block >= 0) & (block < num_blocks)
+            row = (block.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_SIZE  # [BLOCK_N] slot offsets
+        if not ABLATE_QK:
+            c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
+            k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
+        if BLOCK_DV == LORA_RANK and not ABLATE_QK:
             v = c_kv  # the tile already holds every value column
         else:
             v = tl.load(kv_ptr + row[:, None] + d_out[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, BLOCK_DV]
         if DOT_FP32:
-            c_kv = c_kv.to(tl.float32)
-            k_rope = k_rope.to(tl.float32)
             v = v.to(tl.float32)
-
-        s = tl.dot(q_nope, tl.trans(c_kv))
-        s = tl.dot(q_rope, tl.trans(k_rope), s)  # [BLOCK_H, BLOCK_N] fp32
+        if ABLATE_QK:
+            s = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)  # no score product, nor the c_kv / k_rope loads only it needs
+        else:
+            if DOT_FP32:
+                c_kv = c_kv.to(tl.float32)
+                k_rope = k_rope.to(tl.float32)
+            s = tl.dot(q_nope, tl.trans(c_kv))
+            s = tl.dot(q_rope, tl.trans(k_rope), s)  # [BLOCK_H, BLOCK_N] fp32
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: no inf - inf
@@ -212,7 +240,10 @@ def _sparse_mla_attention_kernel(
         p = p.to(kv_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
         if DOT_FP32:
             p = p.to(tl.float32)
-        acc = tl.dot(p, v, acc * alpha[:, None])
+        if ABLATE_PV:
+            acc = acc * alpha[:, None]  # no value product (nor a value-column load when BLOCK_DV < 512)
+        else:
+            acc = tl.dot(p, v, acc * alpha[:, None])
         m_i = m_new
 
     has_any = l_i > 0.0
@@ -237,28 +268,29 @@ def _sparse_mla_attention_kernel(
         group = (token * num_head_blocks + head_block) * NUM_DV + dv_block
         arrived = tl.atomic_add(counter_ptr + group, 1, sem="acq_rel", scope="gpu")
         if arrived == num_splits - 1:
-            _merge_splits(
-                part_out_ptr,
-                part_lse_ptr,
-                out_ptr + token * out_stride_t,
-                out_stride_h,
-                lse_ptr + token * lse_stride_t,
-                lse_stride_h,
-                token,
-                head_block,
-                dv_block,
-                num_head_blocks,
-                num_heads,
-                num_splits,
-                LORA_RANK,
-                LN2,
-                BLOCK_H,
-                BLOCK_DV,
-                SPLIT_PAD,
-                MERGE_H,
-                MERGE_DV,
-                HAS_LSE,
-            )
+            if not ABLATE_MERGE:
+                _merge_splits(
+                    part_out_ptr,
+                    part_lse_ptr,
+                    out_ptr + token * out_stride_t,
+                    out_stride_h,
+                    lse_ptr + token * lse_stride_t,
+                    lse_stride_h,
+                    token,
+                    head_block,
+                    dv_block,
+                    num_head_blocks,
+                    num_heads,
+                    num_splits,
+                    LORA_RANK,
+                    LN2,
+                    BLOCK_H,
+                    BLOCK_DV,
+                    SPLIT_PAD,
+                    MERGE_H,
+                    MERGE_DV,
+                    HAS_LSE,
+                )
             tl.store(counter_ptr + group, 0)  # clean for the next launch or graph replay
     else:
         out_rows = out_ptr + token * out_stride_t + heads[:, None] * out_stride_h
@@ -639,6 +671,8 @@ def sparse_mla_attention(
     num_splits: Optional[int] = None,
     config: Optional[LaunchConfig] = None,
     workspace: Optional[SplitWorkspace] = None,
+    _ablate: Sequence[str] = (),
+    _compiled: Optional[list] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sparse MLA attention of DeepSeek-V3.2 over request-local top-k positions, in one kernel launch.
 
@@ -685,6 +719,11 @@ def sparse_mla_attention(
     workspace : SplitWorkspace, optional
         Split-KV scratch. When ``None`` a per-device default is used that grows on demand outside graph
         capture (earlier buffers are kept alive for graphs that captured them).
+    _ablate : sequence of str
+        Benchmark only (``tools/bench.py --ablate``): names of :data:`ABLATIONS` to drop; wrong results.
+    _compiled : list, optional
+        Benchmark only: the launched Triton ``CompiledKernel`` is appended (registers, spills, shared
+        memory, PTX for the compiler report).
 
     Returns
     -------
@@ -739,6 +778,10 @@ def sparse_mla_attention(
     if num_splits is not None:
         config = dataclasses.replace(config, num_splits=num_splits)
     _check_config(config)
+    unknown = [name for name in _ablate if name not in ABLATIONS]
+    if unknown:
+        raise ValueError(f"sparse_mla: argument '_ablate' expected names of {sorted(ABLATIONS)}, got {unknown}")
+    ablate_flags = {ABLATIONS[name]: True for name in _ablate if ABLATIONS[name] is not None}
     plan = plan_launch(num_heads, topk, config)
     if num_tokens == 0:
         return (out, lse) if return_lse else out
@@ -759,7 +802,7 @@ def sparse_mla_attention(
     lse_arg = out if lse is None else lse  # not dereferenced without HAS_LSE
 
     grid = (num_tokens * plan.num_programs_per_token,)
-    _sparse_mla_attention_kernel[grid](
+    compiled = _sparse_mla_attention_kernel[grid](
         q_nope, q_nope.stride(0), q_nope.stride(1),
         q_rope, q_rope.stride(0), q_rope.stride(1),
         kv_cache,
@@ -781,7 +824,7 @@ def sparse_mla_attention(
         BLOCK_H=config.block_h,
         BLOCK_N=config.block_n,
         BLOCK_DV=config.block_dv,
-        SPLIT_ITERS=plan.cols_per_split // config.block_n,
+        SPLIT_ITERS=0 if "loop" in _ablate else plan.cols_per_split // config.block_n,
         SPLIT=split,
         SPLIT_PAD=plan.split_pad,
         MERGE_H=plan.merge_h,
@@ -790,5 +833,8 @@ def sparse_mla_attention(
         DOT_FP32=dot_in_fp32(),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        **ablate_flags,
     )
+    if _compiled is not None:
+        _compiled.append(compiled)
     return (out, lse) if return_lse else out
