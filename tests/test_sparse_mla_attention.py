@@ -237,7 +237,7 @@ def test_default_launch_config(num_heads):
         if 2 * num_tokens * plan.head_blocks > H200_SMS:
             assert plan.num_splits == 1 and config.block_dv == 512, (num_tokens, config)
         else:
-            assert programs <= H200_SMS, (num_tokens, config, programs)
+            assert programs <= 2 * H200_SMS, (num_tokens, config, programs)  # 2 small programs per SM at most
     workspace_sizes = SplitWorkspace.sizes
     need = [workspace_sizes(t, num_heads, 2048, default_launch_config(t, num_heads, H200_SMS, 2048)) for t in range(1, 300)]
     biggest = [max(n[i] for n in need) for i in range(3)]

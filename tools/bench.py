@@ -9,6 +9,8 @@ CUDA-graph replay after warm-up, the median µs per call of
 * ``fa3``: the backend's FA3 route, index conversion (``sparse_mla.kernels.topk_to_slots``) + FA3;
 * ``triton``: ``sparse_mla.kernels.sparse_mla_attention`` (its default launch configuration);
 * ``routed``: ``sparse_mla.backend.SparseMLAImpl.forward`` as routed by ``sparse_mla.routing``;
+* ``fa3_kernel``: the bare FA3 call of the FA3 route on a page table converted once, outside the
+  timed graph, with the backend's split count (``routed - fa3_kernel`` = the backend's overhead);
 
 and the bound ``max(bytes / 4.3 TB/s, FLOPs / 790 TFLOP/s)`` with ``bytes = T·topk·1152 + q + out``
 and ``FLOPs = 2·T·N·topk·(576 + 512)``. One replayed graph runs the call on several copies of the
@@ -24,6 +26,17 @@ compiled ahead in ``--precompile_workers`` processes (Triton's on-disk cache), w
 GPU time otherwise (about 4 s of CPU per kernel): the default grid compiles about 20 kernels, a sweep
 point up to ~250 with the default ``--sweep_*`` lists (narrow them for a quick pass, e.g.
 ``--sweep_block_n=32,64 --sweep_warps=4 --sweep_stages=7``).
+
+``--ablate`` times, at the ``--ablate_points``, the Triton kernel's default configuration and one
+variant per stage ablation of ``sparse_mla.kernels.sparse_mla_attention.ABLATIONS`` (each drops a
+stage: its cost is the difference), prints "variant | µs | Δ vs full" and writes ``ablate.csv``,
+plus ``kernel_report.txt``: Triton's compiler report of each default kernel (registers, spills,
+shared memory, wgmma / mma.sync / cp.async counts in the PTX).
+
+``--fa3_splits=0,4,8,16,32`` times ``fa3_kernel`` for each split count (0 = FA3's own heuristic) at the
+``--fa3_split_points`` and prints the best per point next to the backend's choice (``fa3_splits.csv``).
+
+``--sweep``, ``--ablate`` and ``--fa3_splits`` can be combined in one run; the grid runs when none is given.
 """
 
 import contextlib
@@ -36,7 +49,6 @@ import multiprocessing
 import os
 import statistics
 import subprocess
-import sys
 from concurrent import futures
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -46,8 +58,7 @@ import torch
 import triton
 
 from sparse_mla import reference, routing, testing
-from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
-from sparse_mla.common_metadata import CommonAttentionMetadata
+from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder, fa3_num_splits
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
     INDEX_TOPK,
@@ -56,18 +67,23 @@ from sparse_mla.constants import (
     KV_LORA_RANK,
 )
 from sparse_mla.kernels import sparse_mla_attention as triton_attention
+from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.ops import fa3
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
 flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"], "Query tokens T of the grid.")
-flags.DEFINE_list("paths", ["fa3", "triton", "routed"], "Paths to time: fa3, triton, routed.")
+flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "routed"], "Paths to time: fa3, fa3_kernel, triton, routed.")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
 flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv) go; relative to the invoking directory.")
 flags.DEFINE_integer("replays", 30, "Timed graph replays per measurement (the median is reported).")
 flags.DEFINE_integer("warmup_replays", 5, "Untimed graph replays before timing.")
 flags.DEFINE_integer("seed", 0, "Seed of every random input.")
+flags.DEFINE_bool("write_routing_table", False,
+                  "Grid: after timing fa3 and triton at every point, write py/sparse_mla/routing_table.json from them "
+                  "(the faster per point), then time 'routed' with that table.")
+flags.DEFINE_string("git_revision", "", "Revision to record; empty: ask git (machines given a copy without .git need this).")
 flags.DEFINE_bool("check", True, "Compare each path's output with the fp32 reference (rel err in the CSV).")
 flags.DEFINE_integer("precompile_workers", min(os.cpu_count() or 1, 16), "Processes compiling Triton kernels ahead; 0 = off.")
 flags.DEFINE_bool("sweep", False, "Time the Triton kernel over launch configurations instead of the grid.")
@@ -79,6 +95,10 @@ flags.DEFINE_list("sweep_splits", ["1", "2", "4", "8", "16", "32"], "num_splits 
 flags.DEFINE_list("sweep_warps", ["4", "8"], "num_warps values.")
 flags.DEFINE_list("sweep_stages", ["4", "7"], "num_stages values (KV prefetch distance (num_stages - 1) // 3).")
 flags.DEFINE_float("sweep_max_waves", 2.0, "Skip configurations with more than this many programs per SM.")
+flags.DEFINE_bool("ablate", False, "Time the Triton kernel's default configuration with each stage ablation.")
+flags.DEFINE_list("ablate_points", ["16x1", "16x8", "64x256", "128x256"], "NxT points of --ablate.")
+flags.DEFINE_list("fa3_splits", [], "Split counts (0 = FA3's heuristic) for which fa3_kernel is timed; empty = off.")
+flags.DEFINE_list("fa3_split_points", [f"{n}x{t}" for n in (16, 32, 64, 128) for t in (1, 2, 4, 8)], "NxT points of --fa3_splits.")
 
 BANDWIDTH_BYTES_PER_S = 4.3e12
 """H200 HBM3e bandwidth used by the bound (the anchors' figure)."""
@@ -98,7 +118,7 @@ MAX_COPIES = 64
 CACHE_CHUNK_BLOCKS = 16384
 """The cache is filled 16384 blocks (1.1 GiB) at a time, bounding the fp32 temporary of its generator."""
 
-PATHS = ("fa3", "triton", "routed")
+PATHS = ("fa3", "fa3_kernel", "triton", "routed")
 
 RELERR_LIMIT = 1e-2
 """A sweep configuration whose output is further than this from the fp32 reference is not a candidate."""
@@ -149,24 +169,6 @@ def make_copies(num_tokens: int, num_heads: int, count: int, num_blocks: int, ge
     return copies
 
 
-def common_metadata(batch: testing.SparseMLABatch) -> CommonAttentionMetadata:
-    """The engine's view of a batch (no padding)."""
-    device = batch.query_start_loc.device
-    seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
-    return CommonAttentionMetadata(
-        query_start_loc=batch.query_start_loc,
-        query_start_loc_cpu=batch.query_start_loc.cpu(),
-        seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens.cpu(),
-        num_reqs=len(batch.seq_lens),
-        num_actual_tokens=batch.num_tokens,
-        max_query_len=max(batch.query_lens),
-        max_seq_len=max(batch.seq_lens),
-        slot_mapping=batch.slot_mapping,
-        block_table_tensor=batch.block_table,
-    )
-
-
 def make_cache(num_blocks: int, gen: torch.Generator) -> torch.Tensor:
     """`[num_blocks, 64, 576]` bf16 from :func:`sparse_mla.testing.make_kv_cache`, chunk by chunk."""
     cache = torch.empty(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=gen.device)
@@ -178,9 +180,7 @@ def make_cache(num_blocks: int, gen: torch.Generator) -> torch.Tensor:
 
 def reference_out(copy: Copy, kv_cache: torch.Tensor) -> torch.Tensor:
     b = copy.batch
-    slots, count = reference.topk_to_slots_reference(b.topk_indices, b.req_id, b.token_kv_len, b.block_table, kv_cache.shape[0])
-    columns = torch.arange(slots.shape[1], device=slots.device)[None, :]
-    slot_ids = torch.where(columns < count[:, None], slots, -1)
+    slot_ids = reference.global_slot_ids_reference(b.topk_indices, b.req_id, b.token_kv_len, b.block_table, kv_cache.shape[0])
     out, _ = reference.sparse_mla_reference(copy.q_nope, copy.q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
     return out
 
@@ -200,7 +200,32 @@ def forced_route(kernel: str):
         routing.choose_kernel = original
 
 
-def path_calls(path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None) -> List[Callable[[], None]]:
+def fa3_kernel_call(c: Copy, kv_cache: torch.Tensor, num_splits: Optional[int] = None) -> Callable[[], None]:
+    """The FA3 route's FA3 call alone: its page table is converted here, once, outside the timed graph.
+
+    ``num_splits`` defaults to the backend's (:func:`sparse_mla.backend.fa3_num_splits`); 0 = FA3's heuristic.
+    """
+    b = c.batch
+    num_tokens, num_heads = c.q_nope.shape[:2]
+    builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, index_topk=FLAGS.topk)
+    metadata = builder.build(0, testing.common_metadata(b))
+    topk_to_slots(b.topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table, kv_cache.shape[0],
+                  slot_ids=metadata.page_table, valid_count=metadata.cache_seqlens)
+    if num_splits is None:
+        num_splits = fa3_num_splits(num_tokens, num_heads, torch.cuda.get_device_properties(kv_cache.device).multi_processor_count, FLAGS.topk)
+    k_cache = kv_cache[..., KV_LORA_RANK:].view(-1, 1, 1, KV_CACHE_HEAD_SIZE - KV_LORA_RANK)  # as the backend
+    v_cache = kv_cache[..., :KV_LORA_RANK].view(-1, 1, 1, KV_LORA_RANK)
+    return lambda: fa3.flash_attn_with_kvcache(
+        c.q_rope, k_cache=k_cache, v_cache=v_cache, qv=c.q_nope, page_table=metadata.page_table,
+        cache_seqlens=metadata.cache_seqlens, cu_seqlens_q=metadata.cu_seqlens_q, max_seqlen_q=1,
+        softmax_scale=DEEPSEEK_V32_SOFTMAX_SCALE, causal=False, num_splits=num_splits, out=c.out,
+    )
+
+
+def path_calls(
+    path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None, ablate: Sequence[str] = (),
+    fa3_splits: Optional[int] = None,
+) -> List[Callable[[], None]]:
     """One zero-argument call per copy; metadata is built here, outside the timed graph."""
     calls = []
     num_heads = copies[0].q_nope.shape[1]
@@ -210,12 +235,14 @@ def path_calls(path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config
             calls.append(
                 lambda c=c, b=b: triton_attention.sparse_mla_attention(
                     c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len, b.block_table,
-                    DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, config=config,
+                    DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, config=config, _ablate=ablate,
                 )
             )
+        elif path == "fa3_kernel":
+            calls.append(fa3_kernel_call(c, kv_cache, fa3_splits))
         else:
             builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, index_topk=FLAGS.topk)
-            metadata = builder.build(0, common_metadata(b))
+            metadata = builder.build(0, testing.common_metadata(b))
             impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE)
             calls.append(
                 lambda c=c, b=b, impl=impl, metadata=metadata, builder=builder: impl.forward(
@@ -257,9 +284,9 @@ def time_graph(calls: Sequence[Callable[[], None]], route: Optional[str] = None)
 # Ahead-of-time compilation (Triton's on-disk cache), in worker processes
 
 
-def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig]]) -> str:
+def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig], Tuple[str, ...]]) -> str:
     """Run the kernel once on dummy inputs with the benchmark's shapes and strides (same compiled variant)."""
-    num_tokens, num_heads, topk, max_blocks, config = job
+    num_tokens, num_heads, topk, max_blocks, config, ablate = job
     device = torch.device("cuda")
     gen = testing.make_generator(device, 0)
     q_nope, q_rope = testing.make_queries(num_tokens, num_heads, device, gen)
@@ -270,7 +297,7 @@ def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.Launch
             torch.zeros(1, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device),
             torch.full((num_tokens, topk), -1, **int32), torch.zeros(num_tokens, **int32),
             torch.zeros(num_tokens, **int32), torch.zeros(num_tokens, max_blocks, **int32),
-            DEEPSEEK_V32_SOFTMAX_SCALE, config=config,
+            DEEPSEEK_V32_SOFTMAX_SCALE, config=config, _ablate=ablate,
         )
         torch.cuda.synchronize()
         return ""
@@ -279,13 +306,16 @@ def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.Launch
 
 
 def precompile(jobs: List[tuple], num_sms: int) -> None:
-    """Compile each distinct kernel variant of ``jobs`` once, in parallel worker processes."""
+    """Compile each distinct kernel variant of ``jobs`` (``(T, N, topk, max_blocks, config, ablate)``)
+    once, in parallel worker processes."""
     if FLAGS.precompile_workers <= 0 or not jobs:
         return
     distinct = {}
     for job in jobs:  # the kernel does not specialize on sizes: one compiled variant per configuration
-        num_tokens, num_heads, topk, _, config = job
-        distinct.setdefault(config or triton_attention.default_launch_config(num_tokens, num_heads, num_sms, topk), job)
+        num_tokens, num_heads, topk, _, config, ablate = job
+        config = config or triton_attention.default_launch_config(num_tokens, num_heads, num_sms, topk)
+        plan = triton_attention.plan_launch(num_heads, topk, config)
+        distinct.setdefault((config, plan, tuple(ablate)), job)
     jobs = list(distinct.values())
     start = datetime.datetime.now()
     ctx = multiprocessing.get_context("spawn")
@@ -301,6 +331,18 @@ def precompile(jobs: List[tuple], num_sms: int) -> None:
 # Provenance and outputs
 
 
+def _git_revision() -> str:
+    """HEAD of the checkout (with " (dirty)" for local changes), or "unknown" without git."""
+    repo = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.path.dirname(os.path.abspath(__file__)))
+    revision = "unknown"
+    with contextlib.suppress(Exception):
+        git = ["git", "-C", repo]
+        revision = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, timeout=30).stdout.strip() or revision
+        dirty = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True, timeout=30).stdout.strip()
+        revision += " (dirty)" if dirty else ""
+    return revision
+
+
 def provenance() -> Dict[str, str]:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     driver = "unknown"
@@ -309,19 +351,13 @@ def provenance() -> Dict[str, str]:
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", str(torch.cuda.current_device())],
             capture_output=True, text=True, timeout=30,
         ).stdout.strip() or driver
-    repo = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.path.dirname(os.path.abspath(__file__)))
-    revision = "unknown"
-    with contextlib.suppress(Exception):
-        revision = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30).stdout.strip() or revision
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True, timeout=30).stdout.strip()
-        revision += " (dirty)" if dirty else ""
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
         "driver": driver,
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "git": revision,
+        "git": FLAGS.git_revision or _git_revision(),
         "fa3": "available" if fa3.is_available() else f"unavailable: {fa3.is_available().reason}",
     }
 
@@ -414,9 +450,9 @@ def run_grid(info: Dict[str, str]) -> None:
     tokens = [int(t) for t in FLAGS.tokens]
     paths = [p for p in FLAGS.paths if p in PATHS]
     notes = []
-    if ("fa3" in paths or "routed" in paths) and not fa3.is_available():
-        notes.append(f"fa3: {fa3.is_available().reason} (fa3 column empty; routed fails where it routes to FA3)")
-        paths_to_run = [p for p in paths if p != "fa3"]
+    if not fa3.is_available():
+        notes.append(f"fa3: {fa3.is_available().reason} (fa3 columns empty; routed runs the Triton kernel)")
+        paths_to_run = [p for p in paths if p not in ("fa3", "fa3_kernel")]
     else:
         paths_to_run = list(paths)
 
@@ -426,36 +462,50 @@ def run_grid(info: Dict[str, str]) -> None:
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
     if "triton" in paths_to_run or "routed" in paths_to_run:
         precompile([
-            (t, n, FLAGS.topk, per_context, None) for n in heads for t in tokens
+            (t, n, FLAGS.topk, per_context, None, ()) for n in heads for t in tokens
         ], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
     kv_cache = make_cache(num_blocks, gen)
 
-    rows = []
+    def time_paths(row, copies, ref, timed):
+        for p in timed:
+            us, err = float("nan"), float("nan")
+            if p in paths_to_run:
+                try:
+                    us = time_graph(path_calls(p, copies, kv_cache), route="fa3" if p == "fa3" else None)
+                    if ref is not None:
+                        err = testing.relative_error(copies[0].out, ref)
+                except Exception as e:  # noqa: BLE001 - one path failing must not lose the others
+                    notes.append(f"N={row['N']} T={row['T']} {p}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            row[f"{p}_us"], row[f"{p}_relerr"], row[f"{p}_over_bound"] = us, err, us / row["bound_us"]
+        timing = "  ".join(f"{p} {fmt(row[f'{p}_us'])} µs" for p in timed)
+        print(f"N={row['N']:<4} T={row['T']:<5} copies={row['copies']:<3} bound {row['bound_us']:.2f} µs  {timing}  "
+              f"triton config {row['triton_config']}", flush=True)
+
+    # With --write_routing_table, "routed" runs in a second pass, after the table is written from the first.
+    write_table = FLAGS.write_routing_table and set(routing.KERNELS) <= set(paths_to_run)
+    if FLAGS.write_routing_table and not write_table:
+        notes.append("--write_routing_table needs both fa3 and triton timed: routing table left as it was")
+    second_pass = ["routed"] if write_table and "routed" in paths else []
+    first_pass = [p for p in paths if p not in second_pass]
+    rows, inputs = [], []
     for n, t in itertools.product(heads, tokens):
         copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks, gen)
         ref = reference_out(copies[0], kv_cache) if FLAGS.check else None
         row = {"N": n, "T": t, "copies": len(copies), "bound_us": bound_us(t, n, FLAGS.topk)}
-        config = triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk)
-        row["triton_config"] = short(config)
-        row["route"] = routing.choose_kernel(n, t)
-        for p in paths:
-            us, err = float("nan"), float("nan")
-            if p in paths_to_run:
-                try:
-                    calls = path_calls(p, copies, kv_cache)
-                    us = time_graph(calls, route="fa3" if p == "fa3" else None)
-                    if ref is not None:
-                        err = testing.relative_error(copies[0].out, ref)
-                except Exception as e:  # noqa: BLE001 - one path failing must not lose the others
-                    notes.append(f"N={n} T={t} {p}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-            row[f"{p}_us"], row[f"{p}_relerr"] = us, err
-            row[f"{p}_over_bound"] = us / row["bound_us"]
-        del copies
+        row["triton_config"] = short(triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk))
+        time_paths(row, copies, ref, first_pass)
         rows.append(row)
-        timing = "  ".join(f"{p} {fmt(row[f'{p}_us'])} µs" for p in paths)
-        print(f"N={n:<4} T={t:<5} copies={row['copies']:<3} bound {row['bound_us']:.2f} µs  {timing}  "
-              f"triton config {row['triton_config']}", flush=True)
+        inputs.append((copies, ref) if second_pass else None)
+    if write_table:
+        us = {(r["N"], r["T"], k): r[f"{k}_us"] for r in rows for k in routing.KERNELS}
+        routing.write_table(routing.table_from_timings(us), {**info, "source": "tools/bench.py --write_routing_table",
+                                                             "rule": "per (N, T) the faster of fa3 and triton"})
+        print(f"wrote {routing.ROUTING_TABLE}", flush=True)
+    for row, point_inputs in zip(rows, inputs):
+        row["route"] = routing.choose_kernel(row["N"], row["T"])
+        if second_pass:
+            time_paths(row, *point_inputs, second_pass)
 
     print_table(rows, paths)
     for note in notes:
@@ -502,7 +552,7 @@ def run_sweep(info: Dict[str, str]) -> None:
     plans = {(n, t): sweep_configs(t, n, num_sms) for n, t in points}
     print(f"sweep: {sum(len(c) for c in plans.values())} configurations over {len(points)} points; "
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
-    precompile([(t, n, FLAGS.topk, per_context, c) for (n, t), cs in plans.items() for c in cs], num_sms)
+    precompile([(t, n, FLAGS.topk, per_context, c, ()) for (n, t), cs in plans.items() for c in cs], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
     kv_cache = make_cache(num_blocks, gen)
     rows, best = [], []
@@ -541,6 +591,140 @@ def run_sweep(info: Dict[str, str]) -> None:
         print(f"wrote {path}")
 
 
+# --------------------------------------------------------------------------------------------------
+# Stage ablations and the compiler report
+
+
+def parse_points(points: Sequence[str]) -> List[Tuple[int, int]]:
+    """``["16x1", ...]`` -> ``[(N, T), ...]``."""
+    return [tuple(int(x) for x in p.lower().split("x")) for p in points]
+
+
+def point_cache(points: Sequence[Tuple[int, int]], l2_bytes: int, gen: torch.Generator) -> torch.Tensor:
+    """One cache large enough for every point's rotated copies."""
+    num_blocks = max(num_copies(t, FLAGS.topk, l2_bytes) * t for _, t in points) * blocks_per_context(FLAGS.context)
+    return make_cache(num_blocks, gen)
+
+
+def kernel_report(kernel) -> Dict[str, object]:
+    """Triton's report of a ``CompiledKernel``: registers, spills, shared memory, instruction counts."""
+    ptx = kernel.asm.get("ptx", "")
+    metadata = kernel.metadata
+    return {
+        "regs": getattr(kernel, "n_regs", "?"),
+        "spills": getattr(kernel, "n_spills", "?"),
+        "shared_bytes": getattr(metadata, "shared", "?"),
+        "num_warps": getattr(metadata, "num_warps", "?"),
+        "num_stages": getattr(metadata, "num_stages", "?"),
+        "wgmma": ptx.count("wgmma.mma_async"),
+        "mma_sync": ptx.count("mma.sync"),
+        "cp_async": ptx.count("cp.async.ca") + ptx.count("cp.async.cg"),
+        "ld_global": ptx.count("ld.global"),
+    }
+
+
+def run_ablate(info: Dict[str, str]) -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(device)
+    num_sms = props.multi_processor_count
+    l2_bytes = getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
+    points = parse_points(FLAGS.ablate_points)
+    variants = [()] + [(name,) for name in triton_attention.ABLATIONS]
+    per_context = blocks_per_context(FLAGS.context)
+    print(f"ablate: {len(variants)} variants x {len(points)} points; {', '.join(f'{k} {v}' for k, v in info.items())}",
+          flush=True)
+    precompile([(t, n, FLAGS.topk, per_context, None, v) for n, t in points for v in variants], num_sms)
+    gen = testing.make_generator(device, FLAGS.seed)
+    kv_cache = point_cache(points, l2_bytes, gen)
+    rows, reports = [], []
+    for n, t in points:
+        config = triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk)
+        copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks=kv_cache.shape[0], gen=gen)
+        compiled: list = []
+        b, c = copies[0].batch, copies[0]
+        triton_attention.sparse_mla_attention(c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len,
+                                              b.block_table, DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, _compiled=compiled)
+        plan = triton_attention.plan_launch(n, FLAGS.topk, config)
+        reports.append((n, t, config, plan, kernel_report(compiled[0]), compiled[0]))
+        full = float("nan")
+        print(f"\nN={n} T={t}: default {short(config)} ({t * plan.num_programs_per_token} programs), "
+              f"bound {bound_us(t, n, FLAGS.topk):.2f} µs", flush=True)
+        print(f"  {'variant':>10} | {'µs':>9} | {'Δ vs full':>10}")
+        for variant in variants:
+            name = "-" + variant[0] if variant else "full"
+            try:
+                us = time_graph(path_calls("triton", copies, kv_cache, ablate=variant))
+            except Exception as e:  # noqa: BLE001 - one variant failing must not lose the others
+                print(f"  {name:>10} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
+                continue
+            full = us if not variant else full
+            print(f"  {name:>10} | {us:9.2f} | {us - full:+10.2f}", flush=True)
+            rows.append({"N": n, "T": t, "config": short(config), "variant": name, "us": us, "delta_us": us - full,
+                         "bound_us": bound_us(t, n, FLAGS.topk)})
+        del copies
+    directory = out_dir()
+    if rows:
+        write_csv(os.path.join(directory, "ablate.csv"), rows, info)
+        print(f"wrote {directory}/ablate.csv")
+    path = os.path.join(directory, "kernel_report.txt")
+    with open(path, "w") as f:
+        for key, value in info.items():
+            f.write(f"# {key}: {value}\n")
+        for n, t, config, plan, report, kernel in reports:
+            line = (f"N={n} T={t} {short(config)} splits={plan.num_splits} split_iters={plan.cols_per_split // config.block_n}: "
+                    + " ".join(f"{k}={v}" for k, v in report.items()))
+            print(line)
+            f.write(line + "\n")
+            ttgir = kernel.asm.get("ttgir", "")
+            waits = [l.strip()[:160] for l in ttgir.splitlines() if "async_wait" in l or "warp_group_dot_wait" in l]
+            f.write("  ttgir waits: " + (" || ".join(waits[:12]) or "none") + "\n")
+    print(f"wrote {path}")
+
+
+# --------------------------------------------------------------------------------------------------
+# FA3 split counts
+
+
+def run_fa3_splits(info: Dict[str, str]) -> None:
+    if not fa3.is_available():
+        print(f"fa3_splits: skipped, FA3 {fa3.is_available().reason}")
+        return
+    device = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(device)
+    num_sms = props.multi_processor_count
+    l2_bytes = getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
+    points = parse_points(FLAGS.fa3_split_points)
+    splits = [int(x) for x in FLAGS.fa3_splits]
+    gen = testing.make_generator(device, FLAGS.seed)
+    kv_cache = point_cache(points, l2_bytes, gen)
+    rows, best = [], []
+    print(f"\nfa3_kernel by split count (0 = FA3's heuristic); {', '.join(f'{k} {v}' for k, v in info.items())}")
+    for n, t in points:
+        copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks=kv_cache.shape[0], gen=gen)
+        ours = fa3_num_splits(t, n, num_sms, FLAGS.topk)
+        results = []
+        for count in dict.fromkeys(splits + [ours]):
+            try:
+                us = time_graph(path_calls("fa3_kernel", copies, kv_cache, fa3_splits=count))
+            except Exception as e:  # noqa: BLE001
+                print(f"  N={n} T={t} splits={count}: {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
+                continue
+            results.append((us, count))
+            rows.append({"N": n, "T": t, "num_splits": count, "backend_choice": count == ours, "us": us})
+        if not results:
+            continue
+        ours_us = next(us for us, c in results if c == ours)
+        top_us, top = min(results)
+        best.append((n, t, top, top_us, ours, ours_us))
+        print(f"N={n:<4} T={t:<4} " + "  ".join(f"s{c}={us:.1f}" for us, c in results)
+              + f"  | best s{top} {top_us:.1f} µs, backend s{ours} {ours_us:.1f} µs", flush=True)
+        del copies
+    if rows:
+        path = os.path.join(out_dir(), "fa3_splits.csv")
+        write_csv(path, rows, info)
+        print(f"wrote {path}")
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
     if FLAGS.out_dir is None:
@@ -550,10 +734,11 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.context < FLAGS.topk:
         raise app.UsageError(f"--context ({FLAGS.context}) must be >= --topk ({FLAGS.topk})")
     info = provenance()
-    if FLAGS.sweep:
-        run_sweep(info)
-    else:
-        run_grid(info)
+    modes = [run for flag, run in ((FLAGS.ablate, run_ablate), (bool(FLAGS.fa3_splits), run_fa3_splits),
+                                   (FLAGS.sweep, run_sweep)) if flag]
+    for run in modes or [run_grid]:
+        run(info)
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

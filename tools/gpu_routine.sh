@@ -7,6 +7,8 @@
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [test] [bench] [-- extra bench flags]
+#   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, then routed with the routing table
+#   those timings give, written to py/sparse_mla/routing_table.json and copied to $OUT/bench/).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}
@@ -26,7 +28,7 @@ bazel=$PWD/.device/bazel
 chmod +x "$bazel"
 tools/offline/write_bazelrc.sh >/dev/null
 flags=(--config=offline --config=sm90 --jobs="$(nproc)")
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$out/summary.txt"
 status=0
 for step in "${steps[@]}"; do
   case "$step" in
@@ -37,10 +39,9 @@ for step in "${steps[@]}"; do
       echo "build: rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
       find bazel-bin/cc/_objs -name "*.o" | sed "s/^/  object: /" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
-      cp -f bazel-bin/cc/libsparse_mla_fa3.so "$out/" 2>/dev/null
       ;;
     test)
-      "$bazel" test "${flags[@]}" //tests/... 2>&1 | tee "$out/test.log" | tail -40
+      "$bazel" test "${flags[@]}" //tests/... 2>&1 | tail -40
       rc=${PIPESTATUS[0]}
       echo "test: rc=$rc" | tee -a "$out/summary.txt"
       for log in bazel-testlogs/tests/*/test.log; do
@@ -52,8 +53,12 @@ for step in "${steps[@]}"; do
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     bench)
-      "$bazel" run "${flags[@]}" //tools:bench -- --out_dir="$out" "$@" 2>&1 | tee "$out/bench.log" | tail -80
-      rc=${PIPESTATUS[0]}
+      mkdir -p "$out/bench"
+      "$bazel" run "${flags[@]}" //tools:bench -- --out_dir="$out/bench" --write_routing_table "$@" \
+        > "$out/bench/bench.log" 2>&1
+      rc=$?
+      cp -f py/sparse_mla/routing_table.json "$out/bench/"
+      tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;

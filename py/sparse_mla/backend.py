@@ -21,7 +21,6 @@ Example
 """
 
 import dataclasses
-import functools
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -37,6 +36,7 @@ from sparse_mla.constants import (
     KV_LORA_RANK,
     QK_ROPE_HEAD_DIM,
 )
+from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import sparse_mla_attention
 from sparse_mla.kernels.topk_to_slots import check_topk_indices, topk_to_slots
 from sparse_mla.ops import fa3
@@ -373,17 +373,6 @@ def fa3_num_splits(num_tokens: int, num_heads: int, num_sms: int, index_topk: in
     return max(1, min(-(-num_sms // tiles), max_splits))
 
 
-def _num_sms(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (host query, no synchronization)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _num_sms_of_index(index)
-
-
-@functools.cache
-def _num_sms_of_index(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 class SparseMLAImpl:
     """Sparse MLA attention of one layer, on the kernel :func:`sparse_mla.routing.choose_kernel` picks.
 
@@ -553,7 +542,7 @@ class SparseMLAImpl:
             max_seqlen_q=1,
             softmax_scale=self.softmax_scale,
             causal=False,
-            num_splits=fa3_num_splits(num_tokens, self.num_heads, _num_sms(device), topk),
+            num_splits=fa3_num_splits(num_tokens, self.num_heads, device_info.num_sms(device), topk),
             return_softmax_lse=return_lse,
             out=output,
         )

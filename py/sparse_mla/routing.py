@@ -2,7 +2,7 @@
 
 The choice is read from ``routing_table.json`` beside this file: for each measured head count ``N``
 and padded token count ``T``, the faster path of a benchmark run on the H200 (its provenance is in
-the file; ``tools/make_routing_table.py`` writes it from ``tools/bench.py``'s CSV). A batch between
+the file; ``tools/bench.py --write_routing_table`` or ``tools/make_routing_table.py`` write it). A batch between
 measured points takes the entry of the next measured ``N`` and ``T`` at or above it (the largest
 beyond the table). The choice depends only on ``(N, padded T)``, so a CUDA graph captured for one
 padded batch size always replays the same kernel. Where FA3 cannot run (not Hopper, or the
@@ -39,6 +39,33 @@ def load_table(path: str = ROUTING_TABLE) -> Tuple[List[int], List[int], Dict[in
         if len(row) != len(tokens) or any(k not in KERNELS for k in row):
             raise ValueError(f"sparse_mla: {path}: row N={n} expected {len(tokens)} entries of {KERNELS}, got {row}")
     return heads, tokens, kernel
+
+
+def table_from_timings(us: Dict[Tuple[int, int, str], float]) -> Tuple[List[int], List[int], Dict[int, List[str]]]:
+    """Per measured (N, T) the kernel with the lower time; FA3 on a tie or where Triton has no time.
+
+    ``us`` maps ``(N, T, kernel)`` to µs per call for both :data:`KERNELS` at every point.
+    """
+    heads = sorted({n for n, _, _ in us})
+    tokens = sorted({t for _, t, _ in us})
+
+    def faster(n: int, t: int) -> str:
+        return "triton" if us[(n, t, "triton")] < us[(n, t, "fa3")] else "fa3"
+
+    return heads, tokens, {n: [faster(n, t) for t in tokens] for n in heads}
+
+
+def write_table(table: Tuple[List[int], List[int], Dict[int, List[str]]], provenance: Dict[str, str],
+                path: str = ROUTING_TABLE) -> None:
+    """Write ``table`` with its provenance to ``path``, one line per list so diffs read as changed choices."""
+    heads, tokens, kernel = table
+    lines = ["{", f' "provenance": {json.dumps(provenance, indent=2)},'.replace("\n", "\n "),
+             f' "heads": {json.dumps(heads)},', f' "tokens": {json.dumps(tokens)},', ' "kernel": {']
+    lines += [f'  "{n}": {json.dumps(kernel[n])}' + ("," if i < len(heads) - 1 else "") for i, n in enumerate(heads)]
+    lines += [" }", "}"]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    load_table.cache_clear()
 
 
 def _at_or_above(values: List[int], x: int) -> int:

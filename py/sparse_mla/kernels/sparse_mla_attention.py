@@ -57,6 +57,7 @@ import triton.language as tl
 
 from sparse_mla.checks import check_same_device, check_tensor
 from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla import device_info
 from sparse_mla.kernels.triton_support import dot_in_fp32, kernel_device_type
 
 MAX_NUM_HEADS = 128
@@ -195,9 +196,10 @@ def _sparse_mla_attention_kernel(
     block_table_row = block_table_ptr + req * block_table_stride_r
     col_begin = split * (SPLIT_ITERS * BLOCK_N)
     col_end = tl.minimum(col_begin + SPLIT_ITERS * BLOCK_N, topk)
+    num_slots = num_blocks.to(tl.int64) * BLOCK_SIZE  # ABLATE_GATHER only (dead code otherwise)
+    first_slot = num_slots * 0
     if ABLATE_GATHER:
         # Contiguous slots from the request's first block on: no top-k / block-table chain, no scatter.
-        num_slots = num_blocks.to(tl.int64) * BLOCK_SIZE
         first_block = tl.load(block_table_row, mask=kv_len > 0, other=0)
         first_slot = tl.minimum(tl.maximum(first_block, 0), num_blocks - 1).to(tl.int64) * BLOCK_SIZE
     # A constexpr trip count: Triton's interpreter cannot run a loop with runtime bounds (numpy >= 2.4
@@ -378,11 +380,23 @@ def _merge_splits(
 # --------------------------------------------------------------------------------------------------
 # Launch configuration
 
-MAX_COLUMN_BLOCKS = 8
-"""At most 8 programs share a token's KV rows by output columns (``block_dv >= 64``)."""
-
 DEFAULT_BLOCK_N = 32
 """Top-k entries per loop step: a `[32, 576]` bf16 tile (36 KiB) per pipeline stage."""
+
+ONE_STEP_BLOCK_N = 64
+"""``block_n`` of the column-split rule for 16-head blocks: each program then does one 64-row step."""
+
+COLUMN_SPLIT_BLOCK_DV = 64
+"""Output columns per program under the column-split rule (8 programs share a token's KV rows)."""
+
+COLUMN_SPLIT_MAX_GROUPS = 2
+"""At most this many (token, head block) groups use the column-split rule; more use ``block_dv = 512``."""
+
+MAX_FULL_COLUMN_SPLITS = 16
+"""Split cap for ``block_dv = 512``: the merging program reads ``splits * block_h * 512`` fp32 partials alone."""
+
+SMALL_HEAD_BLOCK_PROGRAMS_PER_SM = 2
+"""16-head programs of the column-split rule are small (51 KiB of shared memory): two per SM."""
 
 LOAD_CHAIN_LEVELS = 3
 """Loads in the dependent chain of a loop step: top-k positions -> block-table entries -> KV rows.
@@ -393,15 +407,6 @@ double-buffered from 7 on (checked in the sm_90a TTGIR of triton 3.6.0)."""
 
 DEFAULT_NUM_STAGES = 2 * LOAD_CHAIN_LEVELS + 1
 """7: the KV tile of the next step is in flight while this step computes."""
-
-SINGLE_BUFFER_NUM_STAGES = LOAD_CHAIN_LEVELS + 1
-"""4: for the one default shape where a second KV buffer does not fit in shared memory."""
-
-KV_ROW_BYTES = KV_CACHE_HEAD_SIZE * 2
-"""One gathered bf16 cache slot: 1152 bytes."""
-
-PARTIAL_BYTES = 4
-"""Partial outputs are fp32."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,37 +424,27 @@ class LaunchConfig:
     num_stages: int  # Triton's pipelining depth; KV tiles are prefetched (num_stages - 1) // 3 steps ahead
 
 
-def _critical_path_bytes(
-    num_tokens: int, head_blocks: int, block_h: int, splits: int, column_blocks: int, topk: int, num_sms: int
-) -> int:
-    """Bytes one SM moves on the critical path: its KV rows per wave of programs, then one group's merge."""
-    programs = num_tokens * head_blocks * splits * column_blocks
-    waves = triton.cdiv(programs, num_sms)
-    rows = waves * triton.cdiv(topk, splits) * KV_ROW_BYTES
-    merge = splits * block_h * (KV_LORA_RANK // column_blocks) * PARTIAL_BYTES if splits > 1 else 0
-    return rows + merge
-
-
 @functools.lru_cache(maxsize=4096)
 def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> LaunchConfig:
     """The launch configuration used when the caller gives none; a function of its arguments only.
 
-    Rules (starting points for the H200 sweep of ``tools/bench.py --sweep``):
+    Rules, fitted to the H200 sweep of ``tools/bench.py --sweep`` (triton 3.6.0; best configurations
+    there: N=16 T=1 ``h16/n64/dv64/s32/w4``, N=16 T=8 ``h16/n32/dv512/s16/w8``, N=128 T=1
+    ``h64/n32/dv64/s8/w4``, N=128 T=8 ``h64/n32/dv512/s8/w8``, N=64 and 128 at T=256 ``dv512/s1/w8``,
+    all ``num_stages = 7``). With ``G = T * ceil(N / block_h)`` (token, head block) groups:
 
     1. ``block_h``: 16 heads for ``N <= 16``, 32 for ``N <= 32``, else 64 (Hopper's wgmma tile rows;
        smaller blocks use mma.sync).
-    2. ``num_splits`` and ``block_dv`` minimize a byte model of one SM's critical path
-       (:func:`_critical_path_bytes`): the KV rows of its programs, ``waves * ceil(K / splits) * 1152``
-       with ``waves = ceil(programs / num_sms)``, plus the merge the last program of a group does
-       alone, ``splits * block_h * block_dv * 4`` fp32 bytes. Few tokens thus split their top-k row
-       until the SMs fill, and cut the output columns (``block_dv < 512``, at most 8 blocks) to keep
-       the merges small. Ties go to fewer programs. When ``T * ceil(N / block_h)`` programs
-       already occupy half the SMs or more, nothing is split (splitting would only trade one
-       partly idle wave for several, plus merges).
-    3. ``num_warps``: 8 where a program holds a `[>= 32, >= 256]` fp32 accumulator, else 4.
-    4. ``num_stages``: 7, a double-buffered KV tile (:data:`LOAD_CHAIN_LEVELS`), except for
-       ``block_h = 64`` with ``block_dv = 256``, whose second buffer would need 230 KiB of shared
-       memory (sm_90a allows 227 KiB): 4 there.
+    2. ``2 * G > num_sms``: no split, ``block_dv = 512`` (the groups alone fill half the SMs or more).
+    3. Column split, ``G <= 2``: ``block_dv = 64`` (8 programs per group share its KV rows through the
+       L2) and ``num_splits`` the largest power of 2 with ``G * 8 * num_splits <= num_sms`` (twice that
+       for 16-head blocks, whose small programs run two per SM, with ``block_n = 64``: one loop step
+       each), 4 warps.
+    4. Otherwise ``block_dv = 512`` and ``num_splits`` the largest power of 2 with
+       ``G * num_splits <= num_sms``, at most :data:`MAX_FULL_COLUMN_SPLITS`, 8 warps.
+    5. ``num_warps``: 8 for ``block_dv = 512`` except unsplit 16-head blocks (4); ``num_stages`` 7,
+       a double-buffered KV tile (:data:`LOAD_CHAIN_LEVELS`). Every default fits sm_90a's 227 KiB
+       of shared memory (the largest, ``h64/n32/dv64``, takes 194 KiB).
 
     Parameters
     ----------
@@ -465,21 +460,19 @@ def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: i
     LaunchConfig
     """
     block_h = MIN_DOT_ROWS if num_heads <= MIN_DOT_ROWS else 32 if num_heads <= 32 else 64
-    block_n = DEFAULT_BLOCK_N
-    head_blocks = triton.cdiv(num_heads, block_h)
-    tokens = max(num_tokens, 1)
-    splits, column_blocks = 1, 1
-    if 2 * tokens * head_blocks <= num_sms:  # else at least half the SMs are busy: splitting buys little
-        candidates = [
-            (_critical_path_bytes(tokens, head_blocks, block_h, s, blocks, topk, num_sms), s * blocks, s, blocks)
-            for blocks in (1 << i for i in range(MAX_COLUMN_BLOCKS.bit_length()))
-            for s in range(1, max(triton.cdiv(topk, block_n), 1) + 1)
-        ]
-        _, _, splits, column_blocks = min(candidates)
-    block_dv = KV_LORA_RANK // column_blocks
-    num_warps = 8 if block_h >= 32 and block_dv >= 256 else 4
-    num_stages = SINGLE_BUFFER_NUM_STAGES if block_h >= 64 and block_dv == 256 else DEFAULT_NUM_STAGES
-    return LaunchConfig(block_h, block_n, block_dv, splits, num_warps, num_stages)
+    groups = max(num_tokens, 1) * triton.cdiv(num_heads, block_h)
+    max_splits = max(triton.cdiv(topk, DEFAULT_BLOCK_N), 1)
+    if 2 * groups > num_sms:
+        num_warps = 4 if block_h == MIN_DOT_ROWS else 8
+        return LaunchConfig(block_h, DEFAULT_BLOCK_N, KV_LORA_RANK, 1, num_warps, DEFAULT_NUM_STAGES)
+    if groups <= COLUMN_SPLIT_MAX_GROUPS:
+        small = block_h == MIN_DOT_ROWS
+        programs = num_sms * (SMALL_HEAD_BLOCK_PROGRAMS_PER_SM if small else 1)
+        splits = _pow2_floor(programs // (groups * (KV_LORA_RANK // COLUMN_SPLIT_BLOCK_DV)))
+        block_n = ONE_STEP_BLOCK_N if small else DEFAULT_BLOCK_N
+        return LaunchConfig(block_h, block_n, COLUMN_SPLIT_BLOCK_DV, min(splits, max_splits), 4, DEFAULT_NUM_STAGES)
+    splits = min(_pow2_floor(num_sms // groups), MAX_FULL_COLUMN_SPLITS)
+    return LaunchConfig(block_h, DEFAULT_BLOCK_N, KV_LORA_RANK, min(splits, max_splits), 8, DEFAULT_NUM_STAGES)
 
 
 def _check_config(config: LaunchConfig) -> None:
@@ -599,7 +592,7 @@ class SplitWorkspace:
 
         ``num_sms`` defaults to the device's SM count. At most 17.3 MB of partials on an H200 (132 SMs), any N <= 128.
         """
-        sms = _num_sms(device) if num_sms is None else num_sms
+        sms = device_info.num_sms(device) if num_sms is None else num_sms
         need = [0, 0, 0]
         for t in range(1, max_num_tokens + 1):
             config = default_launch_config(t, num_heads, sms, topk)
@@ -634,21 +627,6 @@ def _default_workspace(device: torch.device, sizes: Tuple[int, int, int]) -> Spl
     ws = SplitWorkspace(device, *sizes)
     _default_workspaces[device] = ws
     return ws
-
-
-INTERPRETER_NUM_SMS = 4
-"""SM count the default configuration assumes in Triton's interpreter (CPU): few programs, fast tests."""
-
-
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return INTERPRETER_NUM_SMS
-    return _cuda_num_sms(torch.cuda.current_device() if device.index is None else device.index)
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_num_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # --------------------------------------------------------------------------------------------------
@@ -774,7 +752,7 @@ def sparse_mla_attention(
 
     topk = topk_indices.shape[1]
     if config is None:
-        config = default_launch_config(num_tokens, num_heads, _num_sms(q_nope.device), topk)
+        config = default_launch_config(num_tokens, num_heads, device_info.num_sms(q_nope.device), topk)
     if num_splits is not None:
         config = dataclasses.replace(config, num_splits=num_splits)
     _check_config(config)
@@ -832,7 +810,9 @@ def sparse_mla_attention(
         HAS_LSE=lse is not None,
         DOT_FP32=dot_in_fp32(),
         num_warps=config.num_warps,
-        num_stages=config.num_stages,
+        # Without the index chain the pipeliner would prefetch LOAD_CHAIN_LEVELS times deeper (and run out
+        # of shared memory): keep the default's KV prefetch distance under the gather ablation.
+        num_stages=(config.num_stages - 1) // LOAD_CHAIN_LEVELS + 1 if "gather" in _ablate else config.num_stages,
         **ablate_flags,
     )
     if _compiled is not None:
