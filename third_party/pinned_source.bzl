@@ -31,6 +31,12 @@ def _use_local_tree(ctx, local_dir):
     return "local tree %s (%s)" % (local_dir, ctx.attr.local_env)
 
 def _download(ctx):
+    # Printed first: a failed download ends the fetch with Bazel's own error, which cannot name the override.
+    print("sparse_mla: @%s: downloading %s; without network set %s to a local tree (README, 'Pinned sources')" % (  # buildifier: disable=print
+        ctx.name,
+        ctx.attr.urls[0],
+        ctx.attr.local_env,
+    ))
     ctx.download_and_extract(
         url = ctx.attr.urls,
         sha256 = ctx.attr.sha256,

@@ -80,6 +80,10 @@ flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv)
 flags.DEFINE_integer("replays", 30, "Timed graph replays per measurement (the median is reported).")
 flags.DEFINE_integer("warmup_replays", 5, "Untimed graph replays before timing.")
 flags.DEFINE_integer("seed", 0, "Seed of every random input.")
+flags.DEFINE_bool("sort_topk", False, "Sort each top-k row ascending (valid positions first): the order FA3 then reads KV rows in.")
+flags.DEFINE_enum("block_placement", "random", ["random", "contiguous"],
+                  "Cache blocks of a request: a random permutation of the cache (an engine after churn) or "
+                  "consecutive (a fresh engine).")
 flags.DEFINE_bool("write_routing_table", False,
                   "Grid: after timing fa3 and triton at every point, write py/sparse_mla/routing_table.json from them "
                   "(the faster per point), then time 'routed' with that table.")
@@ -162,7 +166,11 @@ def make_copies(num_tokens: int, num_heads: int, count: int, num_blocks: int, ge
     """``count`` decode batches of ``num_tokens`` requests, each with its own blocks of the one cache."""
     copies = []
     for _ in range(count):
-        batch = testing.make_batch([FLAGS.context] * num_tokens, [1] * num_tokens, num_blocks, gen, topk=FLAGS.topk)
+        batch = testing.make_batch([FLAGS.context] * num_tokens, [1] * num_tokens, num_blocks, gen, topk=FLAGS.topk,
+                                   contiguous_blocks=FLAGS.block_placement == "contiguous")
+        if FLAGS.sort_topk:  # -1 sorts first ascending: sort as unsigned so it goes last
+            rows = batch.topk_indices.to(torch.int64) & 0xFFFFFFFF
+            batch.topk_indices = rows.sort(dim=1).values.to(torch.int32)
         q_nope, q_rope = testing.make_queries(num_tokens, num_heads, gen.device, gen)
         out = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=gen.device)
         copies.append(Copy(batch, q_nope, q_rope, out))

@@ -24,5 +24,5 @@ def cutlass_repository(name):
         strip_prefix = "cutlass_library/source",
         local_env = "CUTLASS_SRC_DIR",
         required_paths = ["include/cutlass/cutlass.h", "include/cute/tensor.hpp", "tools/util/include"],
-        build_file = "//third_party/cutlass:cutlass.BUILD",
+        build_file = Label("//third_party/cutlass:cutlass.BUILD"),
     )

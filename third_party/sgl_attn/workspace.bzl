@@ -20,5 +20,5 @@ def sgl_attn_repository(name):
         sha256 = SGL_ATTN_SHA256,
         local_env = "SGL_ATTN_SRC_DIR",
         required_paths = ["hopper/flash_api.cpp", "hopper/instantiations"],
-        build_file = "//third_party/sgl_attn:sgl_attn.BUILD",
+        build_file = Label("//third_party/sgl_attn:sgl_attn.BUILD"),
     )

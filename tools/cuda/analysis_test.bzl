@@ -27,10 +27,9 @@ def _unexplained(flags, expected_defines):
             skip_next = True
             if flag != "-ccbin" and not (flags[i + 1].startswith("external/") or flags[i + 1].startswith("bazel-out/") or flags[i + 1] == "."):
                 unexplained.append(flag + " " + flags[i + 1])
-        elif flag.startswith("-D"):
-            if flag[2:] not in expected_defines:
-                unexplained.append(flag)
-        elif flag not in NVCC_FLAGS:
+        elif flag in NVCC_FLAGS:
+            continue
+        elif not flag.startswith("-D") or flag[2:] not in expected_defines:
             unexplained.append(flag)
     return unexplained
 
