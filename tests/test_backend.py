@@ -192,9 +192,8 @@ def test_backend_description():
     assert SparseMLABackend.supported_dtypes == [torch.bfloat16]
     assert SparseMLABackend.supported_kv_cache_dtypes == ["auto"]
     assert SparseMLABackend.supports_compute_capability((9, 0))
-    assert SparseMLABackend.supports_compute_capability((8, 0))  # the Triton kernels serve it
     assert SparseMLABackend.supports_compute_capability((10, 0))
-    assert not SparseMLABackend.supports_compute_capability((7, 5))  # no bf16 tensor cores
+    assert not SparseMLABackend.supports_compute_capability((8, 0))  # too little shared memory per block
     assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576) == (100, 64, 576)
     assert SparseMLABackend.get_metadata_cls() is SparseMLAMetadata
     assert SparseMLABackend.get_builder_cls() is SparseMLAMetadataBuilder
@@ -215,7 +214,7 @@ def test_kv_cache_shape_rejects_other_layouts(args, message):
         SparseMLABackend.get_kv_cache_shape(*args)
 
 
-@pytest.mark.parametrize("capability", [(9, 0), (8, 0)])
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0)])
 def test_validate_configuration_served(capability):
     # Served with or without the FA3 extension: without it the Triton kernel takes every batch.
     reasons = SparseMLABackend.validate_configuration(576, torch.bfloat16, "auto", 64, device_capability=capability)
@@ -224,7 +223,7 @@ def test_validate_configuration_served(capability):
 
 def test_validate_configuration_lists_every_reason():
     reasons = SparseMLABackend.validate_configuration(
-        512, torch.float16, "fp8", 16, use_mla=False, has_sink=True, use_sparse=False, device_capability=(7, 5)
+        512, torch.float16, "fp8", 16, use_mla=False, has_sink=True, use_sparse=False, device_capability=(8, 0)
     )
     expected = [
         "head size 512 not supported (expected one of [576])",
@@ -234,7 +233,7 @@ def test_validate_configuration_lists_every_reason():
         "non-MLA attention not supported",
         "attention sinks not supported",
         "dense MLA not supported (sparse top-k attention only)",
-        "compute capability 7.5 not supported (expected >= 8.0)",
+        "compute capability 8.0 not supported (expected >= 9.0)",
     ]
     assert reasons == expected, f"reasons expected {expected}, got {reasons}"
 
@@ -262,7 +261,8 @@ def test_impl_rejects_unsupported_features(kwargs, feature):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(num_heads=0), "argument 'num_heads' expected >= 1, got 0"),
+        (dict(num_heads=0), "argument 'num_heads' expected 1 <= num_heads <= 128, got 0"),
+        (dict(num_heads=129), "argument 'num_heads' expected 1 <= num_heads <= 128, got 129"),
         (dict(num_heads=16, head_size=512), "argument 'head_size' expected 576, got 512"),
         (dict(num_heads=16, num_kv_heads=2), "argument 'num_kv_heads' expected 1, got 2"),
     ],
@@ -308,7 +308,10 @@ def _forward_args(num_heads=4, num_tokens=3):
         (lambda a: a.update(kv_cache=a["kv_cache"].float()), TypeError,
          "argument 'kv_cache' expected dtype torch.bfloat16, got torch.float32"),
         (lambda a: a.update(kv_cache=a["kv_cache"].transpose(0, 1).contiguous().transpose(0, 1)), ValueError,
-         r"argument 'kv_cache' expected packed blocks and rows"),
+         r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(576, 1152, 1\)"),
+        # padded rows: blocks packed, but a slot is not 576 elements from the next
+        (lambda a: a.update(kv_cache=torch.zeros(a["kv_cache"].shape[0], 64, 640, dtype=torch.bfloat16)[..., :576]),
+         ValueError, r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(40960, 640, 1\)"),
         (lambda a: a.update(output=torch.zeros(3, 4, 512)), TypeError,
          "argument 'output' expected dtype torch.bfloat16, got torch.float32"),
     ],

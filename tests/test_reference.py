@@ -60,3 +60,15 @@ def test_topk_to_slots_reference_rules():
     # row 1: 10, 63 -> block 2; 64 >= len 64; 3 -> block 2
     assert slots[1].tolist() == [2 * bs + 10, 2 * bs + 63, 2 * bs + 3, 0, 0, 0]
     assert count.tolist() == [3, 3]
+
+
+def test_topk_to_slots_reference_without_a_request_row():
+    """A request id outside the block table, or an empty table, leaves nothing valid (no IndexError)."""
+    topk = torch.tensor([[0, 1, -1], [2, 3, 4]], dtype=torch.int32)
+    token_kv_len = torch.tensor([10, 10], dtype=torch.int32)
+    block_table = torch.tensor([[1]], dtype=torch.int32)
+    slots, count = reference.topk_to_slots_reference(topk, torch.tensor([0, 7], dtype=torch.int32), token_kv_len, block_table, 2)
+    assert count.tolist() == [2, 0] and slots[0, :2].tolist() == [KV_BLOCK_SIZE, KV_BLOCK_SIZE + 1]
+    empty = torch.zeros(0, 0, dtype=torch.int32)
+    slots, count = reference.topk_to_slots_reference(topk, torch.zeros(2, dtype=torch.int32), token_kv_len, empty, 2)
+    assert count.tolist() == [0, 0] and not slots.any()

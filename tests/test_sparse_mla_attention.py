@@ -5,6 +5,9 @@ interpreter executes every program in Python; the launch configurations are chos
 the unsplit path, the split path with its in-kernel merge, several column blocks and several head
 blocks are all exercised.
 
+The interpreter runs programs one after another, so these tests check the split merge's arithmetic
+and counter reset, not its ordering between concurrent CTAs: the GPU tests cover that.
+
 Accuracy: ``rel = ||out - ref|| / ||ref|| < 1e-2`` for the bf16 output against the fp32 reference;
 the natural-log LSE within ``1e-2 * max(1, |ref|)`` where finite and ``-inf`` exactly where the
 reference has no valid position.
@@ -65,15 +68,11 @@ class Case:
         assert result[0] is out and result[1] is lse
         return out, lse
 
-    def reference(self, bad_tokens=()):
+    def reference(self):
         """fp32 reference over the slots the index conversion's reference keeps (-1 elsewhere)."""
-        num_reqs = self.block_table.shape[0]
-        safe_req = self.req_id.clamp(0, num_reqs - 1)
-        slots, count = reference.topk_to_slots_reference(
-            self.topk_indices, safe_req, self.token_kv_len, self.block_table, NUM_BLOCKS
+        slot_ids = reference.global_slot_ids_reference(
+            self.topk_indices, self.req_id, self.token_kv_len, self.block_table, NUM_BLOCKS
         )
-        slot_ids = torch.where(torch.arange(slots.shape[1])[None, :] < count[:, None], slots, -1)
-        slot_ids[list(bad_tokens)] = -1  # tokens whose request row is out of range attend nothing
         return reference.sparse_mla_reference(self.q_nope, self.q_rope, self.kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
 
 
@@ -135,7 +134,7 @@ def test_invalid_entries_are_skipped(config):
     topk[3, 5] = max_pos + 7
     topk[3, 9] = 4 * max_pos
     out, lse = case.run(config)
-    ref_out, ref_lse = case.reference(bad_tokens=[2])
+    ref_out, ref_lse = case.reference()
     assert torch.isneginf(ref_lse[0]).all() and torch.isneginf(ref_lse[2]).all()
     assert_close(out, lse, ref_out, ref_lse)
 

@@ -59,11 +59,9 @@ class Case:
         return (self.q_nope, self.q_rope, self.kv_cache, self.topk_indices, self.req_id, self.token_kv_len, self.block_table)
 
     def reference(self):
-        slots, count = reference.topk_to_slots_reference(
+        slot_ids = reference.global_slot_ids_reference(
             self.topk_indices, self.req_id, self.token_kv_len, self.block_table, self.num_blocks
         )
-        columns = torch.arange(slots.shape[1], device=slots.device)[None, :]
-        slot_ids = torch.where(columns < count[:, None], slots, -1)
         return reference.sparse_mla_reference(self.q_nope, self.q_rope, self.kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
 
 

@@ -37,13 +37,14 @@ from sparse_mla.constants import (
     QK_ROPE_HEAD_DIM,
 )
 from sparse_mla import device_info
-from sparse_mla.kernels.sparse_mla_attention import sparse_mla_attention
+from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, sparse_mla_attention
 from sparse_mla.kernels.topk_to_slots import check_topk_indices, topk_to_slots
 from sparse_mla.ops import fa3
 
-MIN_COMPUTE_CAPABILITY = (8, 0)
-"""bf16 tensor cores, which the Triton kernels need. FA3 additionally needs Hopper (9.x: the build
-targets sm_90a only); elsewhere, or without the FA3 extension, :mod:`sparse_mla.routing` sends every
+MIN_COMPUTE_CAPABILITY = (9, 0)
+"""Hopper or newer. FA3 is built for sm_90a (Hopper only); the Triton kernel's launch configurations
+use up to 186 KB of shared memory per block, which Hopper gives (228 KB) and earlier GPUs do not
+(A100 163 KB, sm_86/89 99 KB). Without the FA3 extension, :mod:`sparse_mla.routing` sends every
 batch to the Triton kernel. Measured and tested on an H200 only."""
 
 FA3_TILE_M = 64
@@ -149,8 +150,8 @@ class SparseMLABackend:
         use_mla, has_sink, use_sparse : bool
             Model features: MLA, attention sinks, DeepSeek sparse attention.
         device_capability : tuple of int, optional
-            ``(major, minor)``; by default the current CUDA device's. On a served capability the
-            A missing FA3 extension is no reason: those batches run on the Triton kernel.
+            ``(major, minor)``; by default the current CUDA device's. A missing FA3 extension is not a
+            reason: those batches run on the Triton kernel.
 
         Returns
         -------
@@ -404,7 +405,7 @@ class SparseMLAImpl:
     NotImplementedError
         An unsupported feature is requested; the message names it.
     ValueError
-        ``num_heads`` < 1, ``head_size`` not 576 or ``num_kv_heads`` not 1.
+        ``num_heads`` outside [1, 128], ``head_size`` not 576 or ``num_kv_heads`` not 1.
     """
 
     def __init__(
@@ -435,8 +436,8 @@ class SparseMLAImpl:
         for feature, requested in unsupported.items():
             if requested:
                 raise NotImplementedError(f"sparse_mla: {feature} is not supported by SparseMLAImpl")
-        if num_heads < 1:
-            raise ValueError(f"sparse_mla: argument 'num_heads' expected >= 1, got {num_heads}")
+        if not 1 <= num_heads <= MAX_NUM_HEADS:
+            raise ValueError(f"sparse_mla: argument 'num_heads' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
         if head_size != KV_CACHE_HEAD_SIZE:
             raise ValueError(f"sparse_mla: argument 'head_size' expected {KV_CACHE_HEAD_SIZE}, got {head_size}")
         if num_kv_heads != 1:
@@ -456,9 +457,9 @@ class SparseMLAImpl:
     ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """Attend each query token to the cache slots its top-k row selects.
 
-        No host synchronization (unless ``check_indices``) and no allocation beyond the kernels' own
-        workspaces when ``output`` is given: capturable in a CUDA graph, with the same kernels for the
-        same padded size.
+        No host synchronization (unless ``check_indices``) and, when ``output`` is given and
+        ``return_lse`` is False, no allocation beyond the kernels' own workspaces: capturable in a CUDA
+        graph, with the same kernels for the same padded size.
 
         Parameters
         ----------
@@ -466,8 +467,7 @@ class SparseMLAImpl:
             ``(q_nope [T, N, 512], q_rope [T, N, 64])`` or one `[T, N, 576]` tensor (split by views,
             no copy); bf16, last dimension contiguous.
         kv_cache : torch.Tensor
-            `[num_blocks, 64, 576]` bf16, blocks and rows packed (``stride(0) == 64 * stride(1)``), last
-            dimension contiguous.
+            `[num_blocks, 64, 576]` bf16, contiguous.
         attn_metadata : SparseMLAMetadata
             From :meth:`SparseMLAMetadataBuilder.build` for this step.
         topk_indices : torch.Tensor
@@ -499,10 +499,10 @@ class SparseMLAImpl:
         check_tensor("topk_indices", topk_indices, shape=(num_tokens, topk), dtype=torch.int32)
         if output is not None:
             check_tensor("output", output, shape=(num_tokens, self.num_heads, KV_LORA_RANK), dtype=torch.bfloat16)
-        if kv_cache.stride(2) != 1 or kv_cache.stride(0) != KV_BLOCK_SIZE * kv_cache.stride(1):
+        if not kv_cache.is_contiguous():  # both kernels address slot s at s * 576 elements
             raise ValueError(
-                f"sparse_mla: argument 'kv_cache' expected packed blocks and rows, strides "
-                f"({KV_BLOCK_SIZE} * s, s, 1), got {kv_cache.stride()}"
+                f"sparse_mla: argument 'kv_cache' expected contiguous strides "
+                f"({KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE}, {KV_CACHE_HEAD_SIZE}, 1), got {kv_cache.stride()}"
             )
         device = attn_metadata.page_table.device
         for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("kv_cache", kv_cache), ("topk_indices", topk_indices)):

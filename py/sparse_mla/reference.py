@@ -77,8 +77,9 @@ def topk_to_slots_reference(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Request-local top-k positions to global slot ids, valid ones first.
 
-    Position ``p`` of token ``t`` is valid when ``0 <= p < token_kv_len[t]``, ``p // block_size``
-    is a column of ``block_table`` and the block id found there lies in ``[0, num_blocks)``.
+    Position ``p`` of token ``t`` is valid when ``0 <= p < token_kv_len[t]``, ``req_id[t]`` is a row
+    of ``block_table``, ``p // block_size`` is a column of it and the block id found there lies in
+    ``[0, num_blocks)``.
     Its slot is ``block_table[req_id[t], p // block_size] * block_size + p % block_size``.
 
     Parameters
@@ -104,11 +105,15 @@ def topk_to_slots_reference(
         `[T]` int32 number of valid entries per row.
     """
     pos = topk_indices.long()
-    max_blocks = block_table.shape[1]
+    num_reqs, max_blocks = block_table.shape
     block_col = torch.div(pos, block_size, rounding_mode="floor")
-    valid = (pos >= 0) & (pos < token_kv_len.long()[:, None]) & (block_col < max_blocks)
-    rows = block_table[req_id.long()].long()  # [T, max_blocks]
-    block = torch.gather(rows, 1, block_col.clamp(0, max_blocks - 1))
+    req_ok = (req_id >= 0) & (req_id < num_reqs)  # [T]
+    valid = (pos >= 0) & (pos < token_kv_len.long()[:, None]) & (block_col < max_blocks) & req_ok[:, None]
+    if num_reqs == 0 or max_blocks == 0:  # nothing to look up: every entry is invalid
+        block = torch.zeros_like(pos)
+    else:
+        rows = block_table[req_id.long().clamp(0, num_reqs - 1)].long()  # [T, max_blocks]
+        block = torch.gather(rows, 1, block_col.clamp(0, max_blocks - 1))
     valid &= (block >= 0) & (block < num_blocks)
     slots = torch.where(valid, block * block_size + pos % block_size, torch.zeros_like(pos))
     order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices

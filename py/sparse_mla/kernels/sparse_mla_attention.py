@@ -411,9 +411,11 @@ DEFAULT_NUM_STAGES = 2 * LOAD_CHAIN_LEVELS + 1
 
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
-    """How one call is cut into programs (Triton CTAs). Every field but ``num_splits`` is a power of 2.
+    """How one call is cut into programs (Triton CTAs). ``block_h``, ``block_n`` and ``block_dv`` are
+    powers of 2.
 
-    A call runs ``T * num_splits * ceil(N / block_h) * (512 / block_dv)`` programs.
+    A call runs ``T * plan.num_splits * ceil(N / block_h) * (512 / block_dv)`` programs, with the
+    effective split count of :func:`plan_launch`.
     """
 
     block_h: int  # query heads per program, >= 16 (tl.dot's minimum rows; extra rows are masked)
