@@ -507,8 +507,7 @@ def run_grid(info: Dict[str, str]) -> None:
         inputs.append((copies, ref) if second_pass else None)
     if write_table:
         us = {(r["N"], r["T"], k): r[f"{k}_us"] for r in rows for k in routing.KERNELS}
-        routing.write_table(routing.table_from_timings(us), {**info, "source": "tools/bench.py --write_routing_table",
-                                                             "rule": "per (N, T) the faster of fa3 and triton"})
+        routing.write_table(routing.table_from_timings(us), {**info, "source": "tools/bench.py --write_routing_table"})
         print(f"wrote {routing.ROUTING_TABLE}", flush=True)
     for row, point_inputs in zip(rows, inputs):
         row["route"] = routing.choose_kernel(row["N"], row["T"])

@@ -6,8 +6,6 @@ import sys
 
 from sparse_mla import routing
 
-RULE = "per (N, T) the path with the lower CUDA-graph replay median, fa3 on a tie"
-
 
 def main(bench_csv: str) -> None:
     with open(bench_csv) as f:
@@ -15,7 +13,7 @@ def main(bench_csv: str) -> None:
     provenance = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
     rows = csv.DictReader(line for line in lines if not line.startswith("#"))
     us = {(int(r["N"]), int(r["T"]), k): float(r[f"{k}_us"]) for r in rows for k in routing.KERNELS}
-    routing.write_table(routing.table_from_timings(us), {**provenance, "source": bench_csv, "rule": RULE})
+    routing.write_table(routing.table_from_timings(us), {**provenance, "source": bench_csv})
     print(f"wrote {routing.ROUTING_TABLE}")
 
 

@@ -19,6 +19,8 @@ from sparse_mla.ops import fa3
 
 ROUTING_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routing_table.json")
 KERNELS = ("fa3", "triton")
+TABLE_RULE = "per (N, T) the path with the lower CUDA-graph replay median, fa3 on a tie"
+"""How :func:`table_from_timings` chooses; :func:`write_table` records it in the provenance."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,8 +59,10 @@ def table_from_timings(us: Dict[Tuple[int, int, str], float]) -> Tuple[List[int]
 
 def write_table(table: Tuple[List[int], List[int], Dict[int, List[str]]], provenance: Dict[str, str],
                 path: str = ROUTING_TABLE) -> None:
-    """Write ``table`` with its provenance to ``path``, one line per list so diffs read as changed choices."""
+    """Write ``table`` with its provenance (and :data:`TABLE_RULE`) to ``path``, one line per list so
+    diffs read as changed choices."""
     heads, tokens, kernel = table
+    provenance = {**provenance, "rule": TABLE_RULE}
     lines = ["{", f' "provenance": {json.dumps(provenance, indent=2)},'.replace("\n", "\n "),
              f' "heads": {json.dumps(heads)},', f' "tokens": {json.dumps(tokens)},', ' "kernel": {']
     lines += [f'  "{n}": {json.dumps(kernel[n])}' + ("," if i < len(heads) - 1 else "") for i, n in enumerate(heads)]

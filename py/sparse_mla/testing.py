@@ -118,7 +118,7 @@ def make_batch(
     Token ``i`` of request ``r`` sits at position ``seq_lens[r] - query_lens[r] + i`` and may attend
     the positions below ``position + 1`` (causal). Blocks are a random permutation of the cache, as
     in an engine after much allocation churn, or with ``contiguous_blocks`` consecutive per request
-    from a random start (a fresh engine; far fewer TLB misses on a large cache).
+    from a random start (a fresh engine; on the H200 both run equally fast, see results/).
 
     Raises
     ------
