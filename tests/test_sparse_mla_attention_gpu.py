@@ -6,17 +6,15 @@ and scattered; N in {16, 128} and the odd {7, 100}; T in {1, 4, 16, 64} (several
 are speculative / prefill tokens with their own causal lengths). Then CUDA-graph capture and replay
 with new contents, through the split path's arrival counters.
 
-Accuracy: ``rel = ||out - ref|| / ||ref|| < 1e-2``; the natural-log LSE within ``1e-2 * max(1, |ref|)``
-where finite and ``-inf`` exactly where the reference has no valid position. Outputs are poisoned
-(NaN) before every call.
+Accuracy (:func:`sparse_mla.testing.assert_attention_close`): ``rel = ||out - ref|| / ||ref|| < 1e-2``;
+the natural-log LSE within ``1e-2 * max(1, |ref|)`` where finite and ``-inf`` exactly where the
+reference has no valid position. Outputs are poisoned (NaN) before every call.
 """
-
-import dataclasses
 
 import pytest
 import torch
 
-from sparse_mla import reference, testing
+from sparse_mla import testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.kernels.sparse_mla_attention import (
     LaunchConfig,
@@ -31,9 +29,6 @@ pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or interpreting(), reason="needs a CUDA GPU and compiled Triton (no TRITON_INTERPRET)"
 )
 
-CONTEXT = 32768
-REL_TOL = 1e-2
-LSE_TOL = 1e-2
 PATTERNS = testing.INVALID_PATTERNS
 
 
@@ -41,57 +36,15 @@ def _device():
     return torch.device("cuda", torch.cuda.current_device())
 
 
-@dataclasses.dataclass
-class Case:
-    q_nope: torch.Tensor  # [T, N, 512] bf16
-    q_rope: torch.Tensor  # [T, N, 64] bf16
-    kv_cache: torch.Tensor  # [num_blocks, 64, 576] bf16
-    topk_indices: torch.Tensor  # [T, 2048] int32
-    req_id: torch.Tensor  # [T] int32
-    token_kv_len: torch.Tensor  # [T] int32
-    block_table: torch.Tensor  # [R, max_blocks] int32
-
-    @property
-    def num_blocks(self) -> int:
-        return self.kv_cache.shape[0]
-
-    def inputs(self):
-        return (self.q_nope, self.q_rope, self.kv_cache, self.topk_indices, self.req_id, self.token_kv_len, self.block_table)
-
-    def reference(self):
-        slot_ids = reference.global_slot_ids_reference(
-            self.topk_indices, self.req_id, self.token_kv_len, self.block_table, self.num_blocks
-        )
-        return reference.sparse_mla_reference(self.q_nope, self.q_rope, self.kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
+def make_case(num_tokens, num_heads, seed, pattern, drop_fraction=0.0):
+    return testing.make_attention_case(num_tokens, num_heads, _device(), seed, pattern, drop_fraction)
 
 
-def make_case(num_tokens: int, num_heads: int, seed: int, pattern: str, drop_fraction: float = 0.0) -> Case:
-    """Up to four requests (32k, 1.5k, 20k and 700 positions) sharing ``num_tokens`` query tokens."""
-    lengths = [CONTEXT, 1500, 20000, 700]
-    num_reqs = min(num_tokens, len(lengths))
-    query_lens = [num_tokens // num_reqs + (r < num_tokens % num_reqs) for r in range(num_reqs)]
-    seq_lens = [max(length, q) for length, q in zip(lengths, query_lens)]
-    num_blocks = sum(-(-s // KV_BLOCK_SIZE) for s in seq_lens) + 64  # spare blocks nobody uses
-    gen = testing.make_generator(_device(), seed)
-    batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, topk=INDEX_TOPK, pattern=pattern, drop_fraction=drop_fraction)
-    kv_cache = testing.make_kv_cache(num_blocks, _device(), gen)
-    q_nope, q_rope = testing.make_queries(num_tokens, num_heads, _device(), gen)
-    return Case(q_nope, q_rope, kv_cache, batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table)
+def poisoned_outputs(num_tokens, num_heads):
+    return testing.poisoned_outputs(num_tokens, num_heads, _device())
 
 
-def poisoned_outputs(num_tokens: int, num_heads: int):
-    out = torch.full((num_tokens, num_heads, 512), float("nan"), dtype=torch.bfloat16, device=_device())
-    lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device=_device())
-    return out, lse
-
-
-def assert_close(out, lse, ref_out, ref_lse, what=""):
-    rel = testing.relative_error(out, ref_out)
-    assert rel < REL_TOL, f"{what} out: rel err {rel:.3e} expected < {REL_TOL:.0e}"
-    empty = torch.isneginf(ref_lse)
-    assert torch.equal(torch.isneginf(lse), empty), f"{what} lse: -inf pattern differs from the reference"
-    err = ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0))[~empty]
-    assert err.numel() == 0 or err.max() < LSE_TOL, f"{what} lse: err {err.max():.3e} expected < {LSE_TOL:.0e}"
+assert_close = testing.assert_attention_close
 
 
 @pytest.mark.parametrize("num_tokens", [1, 4, 16, 64])

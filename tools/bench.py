@@ -68,12 +68,13 @@ from sparse_mla.constants import (
 )
 from sparse_mla.kernels import sparse_mla_attention as triton_attention
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
-from sparse_mla.ops import fa3
+from sparse_mla.ops import decode, fa3
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
 flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"], "Query tokens T of the grid.")
-flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "routed"], "Paths to time: fa3, fa3_kernel, triton, routed.")
+flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
+flags.DEFINE_integer("decode_ctas_per_sm", 1, "CTAs per SM the decode kernel's plan aims for (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
 flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv) go; relative to the invoking directory.")
@@ -122,7 +123,7 @@ MAX_COPIES = 64
 CACHE_CHUNK_BLOCKS = 16384
 """The cache is filled 16384 blocks (1.1 GiB) at a time, bounding the fp32 temporary of its generator."""
 
-PATHS = ("fa3", "fa3_kernel", "triton", "routed")
+PATHS = ("fa3", "fa3_kernel", "triton", "decode", "routed")
 
 RELERR_LIMIT = 1e-2
 """A sweep configuration whose output is further than this from the fp32 reference is not a candidate."""
@@ -230,6 +231,19 @@ def fa3_kernel_call(c: Copy, kv_cache: torch.Tensor, num_splits: Optional[int] =
     )
 
 
+def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
+    """The decode kernel alone, with its plan for this (T, N) and a workspace of its own."""
+    num_tokens, num_heads = c.q_nope.shape[:2]
+    num_sms = torch.cuda.get_device_properties(kv_cache.device).multi_processor_count
+    launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm)
+    workspace = decode.DecodeWorkspace.for_plans([launch], kv_cache.device)
+    b = c.batch
+    return lambda: decode.sparse_mla_decode(
+        c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len, b.block_table,
+        DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=c.out,
+    )
+
+
 def path_calls(
     path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None, ablate: Sequence[str] = (),
     fa3_splits: Optional[int] = None,
@@ -248,6 +262,8 @@ def path_calls(
             )
         elif path == "fa3_kernel":
             calls.append(fa3_kernel_call(c, kv_cache, fa3_splits))
+        elif path == "decode":
+            calls.append(decode_call(c, kv_cache))
         else:
             builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, index_topk=FLAGS.topk)
             metadata = builder.build(0, testing.common_metadata(b))
@@ -463,6 +479,9 @@ def run_grid(info: Dict[str, str]) -> None:
         paths_to_run = [p for p in paths if p not in ("fa3", "fa3_kernel")]
     else:
         paths_to_run = list(paths)
+    if not decode.is_available():
+        notes.append(f"decode: {decode.is_available().reason} (decode column empty)")
+        paths_to_run = [p for p in paths_to_run if p != "decode"]
 
     per_context = blocks_per_context(FLAGS.context)
     num_blocks = max(num_copies(t, FLAGS.topk, l2_bytes) * t for t in tokens) * per_context

@@ -6,7 +6,10 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [test] [bench] [-- extra bench flags]
+# Usage: tools/gpu_routine.sh [build] [test] [bench] [decode] [memcheck] [-- extra bench flags]
+#   decode: builds only our decode kernel's library (no FA3: seconds, not minutes), runs its GPU tests
+#   and times the decode and Triton paths at small T (extra bench flags apply).
+#   memcheck: the decode GPU tests under compute-sanitizer memcheck (after decode or build).
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, then routed with the routing table
 #   those timings give, written to py/sparse_mla/routing_table.json and copied to $OUT/bench/).
 set -uo pipefail
@@ -61,6 +64,26 @@ for step in "${steps[@]}"; do
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    decode)
+      "$bazel" build "${flags[@]}" //cc:libsparse_mla_decode.so 2>&1 | grep -E "ERROR|error|Elapsed" | tail -20
+      rc=${PIPESTATUS[0]}
+      echo "decode build: rc=$rc" | tee -a "$out/summary.txt"
+      export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so
+      PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
+      echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
+      mkdir -p "$out/decode_bench"
+      PYTHONPATH=py python3 tools/bench.py --paths=triton,decode --heads=16,64,128 --tokens=1,2,4,8,16 \
+        --out_dir="$out/decode_bench" "$@" > "$out/decode_bench/bench.log" 2>&1
+      echo "decode bench: rc=$?" | tee -a "$out/summary.txt"
+      tail -25 "$out/decode_bench/bench.log"
+      ;;
+    memcheck)
+      export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
+      PYTHONPATH=py compute-sanitizer --tool memcheck --target-processes all \
+        python3 -m pytest -q tests/test_decode_gpu.py -k "not test_matches_reference or 16-1 or 128-4 or 7-33" \
+        > "$out/memcheck.log" 2>&1
+      echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/memcheck.log")" | tee -a "$out/summary.txt"
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

@@ -10,8 +10,15 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from sparse_mla.common_metadata import CommonAttentionMetadata
+from sparse_mla import reference
 from sparse_mla.reference import topk_to_slots_reference
-from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK
+from sparse_mla.constants import (
+    DEEPSEEK_V32_SOFTMAX_SCALE,
+    INDEX_TOPK,
+    KV_BLOCK_SIZE,
+    KV_CACHE_HEAD_SIZE,
+    KV_LORA_RANK,
+)
 
 INVALID_PATTERNS = ("end", "start", "scattered")
 """Where the -1 entries of a top-k row sit: after the valid ones, before them, or shuffled in."""
@@ -234,3 +241,78 @@ def assert_slots_match_reference(
     assert torch.equal(valid_count, ref_count), f"valid_count expected {ref_count.tolist()}, got {valid_count.tolist()}"
     mismatched = (slot_ids != ref_slots).nonzero()
     assert len(mismatched) == 0, f"slot_ids differ from the reference at (token, column) {mismatched[:5].tolist()}"
+
+
+ATTENTION_CONTEXTS = (32768, 1500, 20000, 700)
+"""Request lengths of :func:`make_attention_case`: two longer than top-k 2048, two shorter."""
+
+ATTENTION_REL_TOL = 1e-2
+"""Output bound ``||out - ref|| / ||ref||`` for bf16 operands with fp32 accumulation (measured ~2e-3)."""
+
+ATTENTION_LSE_TOL = 1e-2
+"""LSE bound, relative to ``max(1, |ref|)``."""
+
+
+@dataclasses.dataclass
+class AttentionCase:
+    """Inputs of one attention call over request-local top-k positions, and its fp32 reference."""
+
+    q_nope: torch.Tensor  # [T, N, 512] bf16
+    q_rope: torch.Tensor  # [T, N, 64] bf16
+    kv_cache: torch.Tensor  # [num_blocks, 64, 576] bf16
+    topk_indices: torch.Tensor  # [T, 2048] int32
+    req_id: torch.Tensor  # [T] int32
+    token_kv_len: torch.Tensor  # [T] int32
+    block_table: torch.Tensor  # [R, max_blocks] int32
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache.shape[0]
+
+    def inputs(self) -> Tuple[torch.Tensor, ...]:
+        """``(q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table)``."""
+        return (self.q_nope, self.q_rope, self.kv_cache, self.topk_indices, self.req_id, self.token_kv_len, self.block_table)
+
+    def reference(self, softmax_scale: float = DEEPSEEK_V32_SOFTMAX_SCALE) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(out [T, N, 512] fp32, lse [T, N] fp32)`` of :func:`sparse_mla.reference.sparse_mla_reference`."""
+        slot_ids = reference.global_slot_ids_reference(
+            self.topk_indices, self.req_id, self.token_kv_len, self.block_table, self.num_blocks
+        )
+        return reference.sparse_mla_reference(self.q_nope, self.q_rope, self.kv_cache, slot_ids, softmax_scale)
+
+
+def make_attention_case(
+    num_tokens: int, num_heads: int, device: torch.device, seed: int, pattern: str = "end", drop_fraction: float = 0.0
+) -> AttentionCase:
+    """Up to four requests of :data:`ATTENTION_CONTEXTS` positions sharing ``num_tokens`` query tokens
+    (several tokens of one request are speculative / prefill tokens with their own causal lengths),
+    with 64 spare cache blocks nobody uses."""
+    num_reqs = min(num_tokens, len(ATTENTION_CONTEXTS))
+    query_lens = [num_tokens // num_reqs + (r < num_tokens % num_reqs) for r in range(num_reqs)]
+    seq_lens = [max(length, q) for length, q in zip(ATTENTION_CONTEXTS, query_lens)]
+    num_blocks = sum(-(-s // KV_BLOCK_SIZE) for s in seq_lens) + 64
+    gen = make_generator(device, seed)
+    batch = make_batch(seq_lens, query_lens, num_blocks, gen, topk=INDEX_TOPK, pattern=pattern, drop_fraction=drop_fraction)
+    kv_cache = make_kv_cache(num_blocks, device, gen)
+    q_nope, q_rope = make_queries(num_tokens, num_heads, device, gen)
+    return AttentionCase(q_nope, q_rope, kv_cache, batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table)
+
+
+def poisoned_outputs(num_tokens: int, num_heads: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(out [T, N, 512] bf16, lse [T, N] fp32)`` filled with NaN, so unwritten elements fail."""
+    out = torch.full((num_tokens, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16, device=device)
+    lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device=device)
+    return out, lse
+
+
+def assert_attention_close(
+    out: torch.Tensor, lse: torch.Tensor, ref_out: torch.Tensor, ref_lse: torch.Tensor, what: str = ""
+) -> None:
+    """Output within :data:`ATTENTION_REL_TOL`; LSE ``-inf`` exactly where the reference's is and within
+    :data:`ATTENTION_LSE_TOL` elsewhere."""
+    rel = relative_error(out, ref_out)
+    assert rel < ATTENTION_REL_TOL, f"{what} out: rel err {rel:.3e} expected < {ATTENTION_REL_TOL:.0e}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), f"{what} lse: -inf pattern differs from the reference"
+    err = ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0))[~empty]
+    assert err.numel() == 0 or err.max() < ATTENTION_LSE_TOL, f"{what} lse: err {err.max():.3e} expected < {ATTENTION_LSE_TOL:.0e}"

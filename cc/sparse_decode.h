@@ -1,0 +1,68 @@
+// Latency-first sparse MLA decode kernel for Hopper (sm_90a): the launch parameters and the launcher.
+// No torch types here: the kernel's translation unit compiles with nvcc alone; cc/sparse_decode_op.cc
+// validates tensors and fills SparseDecodeParams.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace sparse_mla {
+namespace decode {
+
+// Geometry shared by the kernel, the op and (through the op's `limits` call) the Python planner.
+constexpr int kKvLoraRank = 512;       // c_kv width (DeepSeek-V3.2 kv_lora_rank)
+constexpr int kRopeDim = 64;           // k_rope width (qk_rope_head_dim)
+constexpr int kSlotElems = kKvLoraRank + kRopeDim;  // 576 bf16 per cache slot
+constexpr int kBlockSize = 64;         // cache slots per block
+constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions
+constexpr int kChunk = 64;             // positions per pipeline stage
+constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
+constexpr int kMaxHeadTiles = 4;       // at most 64 heads per CTA
+constexpr int kMaxSplits = 64;         // merge weights live in shared memory
+constexpr int kMaxPositionsPerSplit = 8192;
+
+struct SparseDecodeParams {
+  // Queries: [T, N, 512] and [T, N, 64] bf16, last dimension contiguous, strides in elements.
+  const void* q_nope;
+  int64_t q_nope_token_stride, q_nope_head_stride;
+  const void* q_rope;
+  int64_t q_rope_token_stride, q_rope_head_stride;
+  // Cache [num_blocks, 64, 576] bf16, slot elements contiguous.
+  const void* kv_cache;
+  int64_t kv_block_stride, kv_slot_stride;
+  int num_blocks;
+  // Top-k request-local positions [T, topk] int32 (-1 = none), and where they live.
+  const int32_t* topk_indices;
+  int64_t topk_token_stride;
+  int topk;
+  const int32_t* req_id;        // [T] block-table row of each token
+  const int32_t* token_kv_len;  // [T] positions the token may attend
+  const int32_t* block_table;   // [num_reqs, max_blocks_per_req]
+  int64_t block_table_stride;
+  int max_blocks_per_req;
+  // Output [T, N, 512] bf16 (last dimension contiguous) and optional LSE [T, N] fp32 (natural log).
+  void* out;
+  int64_t out_token_stride, out_head_stride;
+  float* lse;
+  // Split-KV workspace (num_splits > 1): partial outputs, base-2 LSEs and arrival counters (zero
+  // between launches; the last arriving CTA of a group resets its counter).
+  float* partial_out;   // [T, head_groups, num_splits, heads_per_cta, 512]
+  float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
+  int32_t* counters;    // [T, head_groups, kClusterSize]
+  int num_tokens, num_heads;
+  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2, 4}
+  int head_groups;      // ceil(num_heads / heads per CTA)
+  int num_splits;       // position splits per token
+  int positions_per_split;  // multiple of kChunk; splits past topk see only invalid entries
+  float scale_log2;     // softmax_scale * log2(e)
+};
+
+// Shared memory one CTA needs for these parameters, in bytes.
+int shared_memory_bytes(int head_tiles, int positions_per_split);
+
+// Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).
+cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream);
+
+}  // namespace decode
+}  // namespace sparse_mla

@@ -1,0 +1,501 @@
+// Latency-first sparse MLA decode for Hopper: one launch, request-local top-k positions in, attention
+// out, for any number of query heads (1..128) and any token count (split-KV chosen by the planner).
+//
+// Work decomposition
+// ------------------
+// A thread-block cluster of 8 CTAs serves one (token, split of its top-k row, group of <= 64 heads).
+// CTA rank r of the cluster owns the c_kv columns [64 r, 64 r + 64) and the k_rope columns
+// [8 r, 8 r + 8): per position it gathers only those 144 bytes of the 1152-byte slot, so the 8 CTAs
+// together read each selected slot once. Scores need all 576 columns, so each CTA computes a partial
+// score q[:, cols_r] . k[:, cols_r] on tensor cores (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out)
+// and the cluster sums the 8 partials through distributed shared memory (each rank reduces 1/8 of the
+// score tile in a fixed order and writes the sum to all 8 CTAs, so every CTA holds bit-identical
+// scores). The softmax then runs redundantly in every CTA, and P . c_kv[:, cols_r] gives exactly the
+// output columns the CTA owns: c_kv is both the key (with q_nope) and the value. One latent head is
+// shared by all query heads, so each gathered row serves all heads of the CTA.
+//
+// Positions -> rows: every CTA translates its split's positions through the block table up front
+// (position p of request req_id[t] lives in block block_table[req, p / 64], slot p % 64); -1, p >=
+// token_kv_len[t], p past the block table, and block ids outside [0, num_blocks) are masked (their
+// rows are zero-filled by cp.async and their scores set to -inf, never read from memory). Rows are
+// then gathered with 16-byte cp.async into a 4-stage ring of 64-position chunks.
+//
+// Split-KV merge without a second kernel: with num_splits > 1 each CTA writes its normalized partial
+// output (its 64 columns) and base-2 LSE to the workspace, then bumps the arrival counter of its
+// (token, head group, rank); the last CTA to arrive merges the splits of its 64 columns (one fp32
+// read of each partial, in parallel over 8 CTAs per token and head group) and resets the counter, so
+// a later launch or CUDA-graph replay finds it zero.
+//
+// Ready for fp8_ds_mla (656-byte slots: 512 fp8 e4m3 c_kv, 4 fp32 scales per 128 columns, 64 bf16
+// k_rope): rank r's 64 columns lie inside scale group r / 2, so the same gather (64 fp8 bytes, one
+// scale, 16 rope bytes) and an fp8 -> bf16 conversion of the fragments in registers serve that format.
+#include "cc/sparse_decode.h"
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+namespace sparse_mla {
+namespace decode {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 128;                       // 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kStages = 4;                          // chunks in flight per CTA
+constexpr int kColsPerRank = kKvLoraRank / kClusterSize;   // 64 c_kv columns
+constexpr int kRopePerRank = kRopeDim / kClusterSize;      // 8 k_rope columns
+constexpr int kRowElems = kColsPerRank + kRopePerRank;     // 72 bf16 = 144 B per gathered row
+constexpr int kPiecesPerRow = kRowElems * 2 / 16;          // 9 16-byte copies per row
+constexpr int kScoreStride = kChunk + 4;            // fp32 score row stride (16-byte aligned rows)
+constexpr int kProbStride = kChunk + 8;             // bf16 probability row stride: 144 B, conflict-free
+constexpr float kNegInf = -INFINITY;
+constexpr float kLn2 = 0.69314718055994530942f;
+
+static_assert(kColsPerRank == 64 && kRopePerRank == 8, "fragment code assumes 64 + 8 columns per rank");
+static_assert(kChunk == 16 * kWarps, "each warp owns 16 positions of a chunk in the score product");
+static_assert(kColsPerRank == 16 * kWarps, "each warp owns 16 output columns in the value product");
+
+struct SharedLayout {
+  int kv, score_partial, score_full, prob, row_max, row_sum, row_alpha, rows, total;
+  __host__ __device__ SharedLayout(int head_tiles, int positions_per_split) {
+    const int heads = kHeadTileRows * head_tiles;
+    kv = 0;
+    score_partial = kv + kStages * kChunk * kRowElems * 2;
+    score_full = score_partial + heads * kScoreStride * 4;
+    prob = score_full + heads * kScoreStride * 4;
+    row_max = prob + heads * kProbStride * 2;
+    row_sum = row_max + heads * 4;
+    row_alpha = row_sum + heads * 4;
+    rows = row_alpha + heads * 4;
+    total = rows + positions_per_split * 4;
+  }
+};
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;  // 0: fill 16 zero bytes, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// D += A . B, A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 fp32.
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D += A . B, A 16x8 bf16 (row), B 8x8 bf16 (col), D 16x8 fp32.
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Four transposed 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* row, int col, bool valid) {
+  return valid ? __ldg(reinterpret_cast<const uint32_t*>(row + col)) : 0u;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int kHeadTiles>
+__global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
+    sparse_decode_kernel(const SparseDecodeParams p) {
+  constexpr int kHeads = kHeadTileRows * kHeadTiles;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const SharedLayout layout(kHeadTiles, p.positions_per_split);
+  auto* kv_stages = reinterpret_cast<__nv_bfloat16*>(smem + layout.kv);  // [kStages][kChunk][kRowElems]
+  auto* score_partial = reinterpret_cast<float*>(smem + layout.score_partial);  // [kHeads][kScoreStride]
+  auto* score_full = reinterpret_cast<float*>(smem + layout.score_full);        // [kHeads][kScoreStride]
+  auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);           // [kHeads][kProbStride]
+  auto* row_max = reinterpret_cast<float*>(smem + layout.row_max);  // running max, base 2
+  auto* row_sum = reinterpret_cast<float*>(smem + layout.row_sum);  // running sum of exp2
+  auto* row_alpha = reinterpret_cast<float*>(smem + layout.row_alpha);  // this chunk's rescale
+  auto* rows = reinterpret_cast<int*>(smem + layout.rows);  // [positions_per_split] global slot, -1 = masked
+  __shared__ int arrived_last;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int split = blockIdx.y;
+  const int token = blockIdx.z / p.head_groups;
+  const int head_group = blockIdx.z % p.head_groups;
+  const int head_base = head_group * kHeads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
+
+  // 1. This split's positions -> global slot rows (masked entries -1).
+  {
+    const int kv_len = p.token_kv_len[token];
+    const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
+    const int32_t* block_row = p.block_table + static_cast<int64_t>(p.req_id[token]) * p.block_table_stride;
+    const int begin = split * p.positions_per_split;
+    for (int i = tid; i < p.positions_per_split; i += kThreads) {
+      const int j = begin + i;
+      int row = -1;
+      const int position = j < p.topk ? __ldg(index_row + j) : -1;
+      if (position >= 0 && position < kv_len && position / kBlockSize < p.max_blocks_per_req) {
+        const int block_id = __ldg(block_row + position / kBlockSize);
+        if (block_id >= 0 && block_id < p.num_blocks) row = block_id * kBlockSize + position % kBlockSize;
+      }
+      rows[i] = row;
+    }
+  }
+
+  // 2. Query fragments of this rank's columns, kept in registers for the whole loop.
+  uint32_t q_nope_frag[kHeadTiles][4][4];
+  uint32_t q_rope_frag[kHeadTiles][2];
+  {
+    const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
+    const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
+#pragma unroll
+    for (int mt = 0; mt < kHeadTiles; ++mt) {
+      const int h0 = head_base + mt * kHeadTileRows + group, h1 = h0 + 8;
+      const bool v0 = h0 < p.num_heads, v1 = h1 < p.num_heads;
+      const __nv_bfloat16* n0 = q_nope + (v0 ? h0 : 0) * p.q_nope_head_stride + rank * kColsPerRank;
+      const __nv_bfloat16* n1 = q_nope + (v1 ? h1 : 0) * p.q_nope_head_stride + rank * kColsPerRank;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const int col = ks * 16 + 2 * quad;
+        q_nope_frag[mt][ks][0] = load_pair(n0, col, v0);
+        q_nope_frag[mt][ks][1] = load_pair(n1, col, v1);
+        q_nope_frag[mt][ks][2] = load_pair(n0, col + 8, v0);
+        q_nope_frag[mt][ks][3] = load_pair(n1, col + 8, v1);
+      }
+      const __nv_bfloat16* r0 = q_rope + (v0 ? h0 : 0) * p.q_rope_head_stride + rank * kRopePerRank;
+      const __nv_bfloat16* r1 = q_rope + (v1 ? h1 : 0) * p.q_rope_head_stride + rank * kRopePerRank;
+      q_rope_frag[mt][0] = load_pair(r0, 2 * quad, v0);
+      q_rope_frag[mt][1] = load_pair(r1, 2 * quad, v1);
+    }
+  }
+  for (int h = tid; h < kHeads; h += kThreads) {
+    row_max[h] = kNegInf;
+    row_sum[h] = 0.f;
+  }
+  __syncthreads();  // rows[] complete before the gathers read them
+
+  // 3. Gather ring: chunk c's 64 rows (this rank's 144 bytes of each) into stage c % kStages.
+  const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
+  auto issue_chunk = [&](int chunk) {
+    __nv_bfloat16* stage = kv_stages + (chunk % kStages) * kChunk * kRowElems;
+    for (int piece = tid; piece < kChunk * kPiecesPerRow; piece += kThreads) {
+      const int r = piece / kPiecesPerRow, part = piece % kPiecesPerRow;
+      const int row = rows[chunk * kChunk + r];
+      const __nv_bfloat16* src = cache;
+      if (row >= 0) {
+        src = cache + static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+              static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride +
+              (part < 8 ? rank * kColsPerRank + part * 8 : kKvLoraRank + rank * kRopePerRank);
+      }
+      cp_async_16(stage + r * kRowElems + part * 8, src, row >= 0);
+    }
+  };
+
+  const int num_chunks = p.positions_per_split / kChunk;
+  float out_acc[kHeadTiles][2][4];
+#pragma unroll
+  for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out_acc[mt][nt][i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_chunks) issue_chunk(s);
+    cp_async_commit();
+  }
+
+  constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
+  constexpr int kColsPerThread = kChunk / kThreadsPerRow;
+  static_assert(kColsPerThread % 2 == 0, "probabilities are stored in pairs");
+
+  for (int chunk = 0; chunk < num_chunks; ++chunk) {
+    if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
+
+    // 4. Partial scores of this rank's columns: warp w takes positions [16 w, 16 w + 16).
+    {
+      float score[kHeadTiles][2][4];
+#pragma unroll
+      for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) score[mt][nt][i] = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const auto* k_row = reinterpret_cast<const uint32_t*>(kv + (warp * 16 + nt * 8 + group) * kRowElems);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint32_t b0 = k_row[ks * 8 + quad], b1 = k_row[ks * 8 + 4 + quad];
+#pragma unroll
+          for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt][nt], q_nope_frag[mt][ks], b0, b1);
+        }
+        const uint32_t b_rope = k_row[kColsPerRank / 2 + quad];
+#pragma unroll
+        for (int mt = 0; mt < kHeadTiles; ++mt)
+          mma_m16n8k8(score[mt][nt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int row = mt * kHeadTileRows + group, col = warp * 16 + nt * 8 + 2 * quad;
+          *reinterpret_cast<float2*>(score_partial + row * kScoreStride + col) =
+              make_float2(score[mt][nt][0], score[mt][nt][1]);
+          *reinterpret_cast<float2*>(score_partial + (row + 8) * kScoreStride + col) =
+              make_float2(score[mt][nt][2], score[mt][nt][3]);
+        }
+    }
+    cluster.sync();  // every rank's partial scores are written
+
+    // 5. Cluster sum: rank r adds up its eighth of the tile in rank order and writes it to all ranks.
+    {
+      constexpr int kVectors = kHeads * kChunk / 4 / kClusterSize;  // float4 per rank
+      for (int v = tid; v < kVectors; v += kThreads) {
+        const int e = (rank * kVectors + v) * 4;
+        const int offset = (e / kChunk) * kScoreStride + e % kChunk;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int q = 0; q < kClusterSize; ++q) {
+          const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(score_partial, q) + offset);
+          sum.x += x.x;
+          sum.y += x.y;
+          sum.z += x.z;
+          sum.w += x.w;
+        }
+#pragma unroll
+        for (int q = 0; q < kClusterSize; ++q)
+          *reinterpret_cast<float4*>(cluster.map_shared_rank(score_full, q) + offset) = sum;
+      }
+    }
+    cluster.sync();  // full scores are in every rank; partial buffers free again
+
+    // 6. Online softmax (base 2), identical in every rank; probabilities to shared memory as bf16.
+    {
+      const int h = tid / kThreadsPerRow, col0 = (tid % kThreadsPerRow) * kColsPerThread;
+      float x[kColsPerThread];
+      float chunk_max = kNegInf;
+#pragma unroll
+      for (int i = 0; i < kColsPerThread; ++i) {
+        const int col = col0 + i;
+        x[i] = rows[chunk * kChunk + col] >= 0 ? score_full[h * kScoreStride + col] * p.scale_log2 : kNegInf;
+        chunk_max = fmaxf(chunk_max, x[i]);
+      }
+#pragma unroll
+      for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2)
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, offset));
+      const float old_max = row_max[h];
+      const float new_max = fmaxf(old_max, chunk_max);
+      const float base = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
+      float sum = 0.f;
+      auto* prob_row = reinterpret_cast<uint32_t*>(prob + h * kProbStride + col0);
+#pragma unroll
+      for (int i = 0; i < kColsPerThread; i += 2) {
+        const float e0 = exp2f(x[i] - base), e1 = exp2f(x[i + 1] - base);
+        sum += e0 + e1;
+        prob_row[i / 2] = pack_bf16(e0, e1);
+      }
+#pragma unroll
+      for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (tid % kThreadsPerRow == 0) {
+        const float alpha = exp2f(old_max - base);  // 0 while nothing was valid
+        row_alpha[h] = alpha;
+        row_sum[h] = row_sum[h] * alpha + sum;
+        row_max[h] = new_max;
+      }
+    }
+    __syncthreads();
+
+    // 7. out[:, cols_r] = alpha * out + P . c_kv[:, cols_r]: warp w takes columns [16 w, 16 w + 16).
+#pragma unroll
+    for (int mt = 0; mt < kHeadTiles; ++mt) {
+      const float a0 = row_alpha[mt * kHeadTileRows + group], a1 = row_alpha[mt * kHeadTileRows + group + 8];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        out_acc[mt][nt][0] *= a0;
+        out_acc[mt][nt][1] *= a0;
+        out_acc[mt][nt][2] *= a1;
+        out_acc[mt][nt][3] *= a1;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kChunk / 16; ++ks) {
+      uint32_t v_frag[4];
+      ldmatrix_x4_trans(v_frag, kv + (ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowElems + warp * 16 +
+                                    (lane >> 4) * 8);
+#pragma unroll
+      for (int mt = 0; mt < kHeadTiles; ++mt) {
+        const auto* p0 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group) * kProbStride);
+        const auto* p1 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group + 8) * kProbStride);
+        const uint32_t a[4] = {p0[ks * 8 + quad], p1[ks * 8 + quad], p0[ks * 8 + 4 + quad], p1[ks * 8 + 4 + quad]};
+        mma_m16n8k16(out_acc[mt][0], a, v_frag[0], v_frag[1]);
+        mma_m16n8k16(out_acc[mt][1], a, v_frag[2], v_frag[3]);
+      }
+    }
+    __syncthreads();  // this stage and the probabilities may be overwritten
+  }
+  cp_async_wait<0>();
+
+  // 8. Normalize; write the output (one split) or this split's partial and merge if last.
+  const int col_base = rank * kColsPerRank + warp * 16;
+  if (p.num_splits == 1) {
+#pragma unroll
+    for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int h = mt * kHeadTileRows + group + half * 8;
+        if (head_base + h >= p.num_heads) continue;
+        const float l = row_sum[h], inv = l > 0.f ? 1.f / l : 0.f;
+        auto* out_row = static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
+                        (head_base + h) * p.out_head_stride + col_base;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          *reinterpret_cast<uint32_t*>(out_row + nt * 8 + 2 * quad) =
+              pack_bf16(out_acc[mt][nt][2 * half] * inv, out_acc[mt][nt][2 * half + 1] * inv);
+      }
+    if (p.lse != nullptr && rank == 0) {
+      for (int h = tid; h < kHeads && head_base + h < p.num_heads; h += kThreads) {
+        const float l = row_sum[h];
+        p.lse[token * p.num_heads + head_base + h] = l > 0.f ? (row_max[h] + log2f(l)) * kLn2 : kNegInf;
+      }
+    }
+    return;
+  }
+
+  const int64_t group_index = static_cast<int64_t>(token) * p.head_groups + head_group;
+  float* partial_out = p.partial_out + (group_index * p.num_splits + split) * kHeads * kKvLoraRank;
+#pragma unroll
+  for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int h = mt * kHeadTileRows + group + half * 8;
+      const float l = row_sum[h], inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+        __stcg(reinterpret_cast<float2*>(partial_out + h * kKvLoraRank + col_base + nt * 8 + 2 * quad),
+               make_float2(out_acc[mt][nt][2 * half] * inv, out_acc[mt][nt][2 * half + 1] * inv));
+    }
+  float* partial_lse = p.partial_lse + ((group_index * p.num_splits + split) * kClusterSize + rank) * kHeads;
+  for (int h = tid; h < kHeads; h += kThreads) {
+    const float l = row_sum[h];
+    __stcg(partial_lse + h, l > 0.f ? row_max[h] + log2f(l) : kNegInf);
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int32_t* counter = p.counters + group_index * kClusterSize + rank;
+    arrived_last = atomicAdd(counter, 1) == p.num_splits - 1;
+    if (arrived_last) *counter = 0;  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!arrived_last) return;
+  __threadfence();
+
+  // Merge (last CTA of this rank's columns): weights 2^(lse_s - max) per head, in shared memory.
+  float* weight = score_partial;  // [num_splits][kHeads]
+  float* scale = score_full;      // [kHeads] 1 / sum of weights
+  float* merged_lse = score_full + kHeads;  // [kHeads] base 2
+  const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
+  for (int h = tid; h < kHeads; h += kThreads) {
+    float max_lse = kNegInf;
+    for (int s = 0; s < p.num_splits; ++s) max_lse = fmaxf(max_lse, __ldcg(lse_base + s * kClusterSize * kHeads + h));
+    const float base = max_lse == kNegInf ? 0.f : max_lse;
+    float total = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = exp2f(__ldcg(lse_base + s * kClusterSize * kHeads + h) - base);
+      weight[s * kHeads + h] = w;
+      total += w;
+    }
+    scale[h] = total > 0.f ? 1.f / total : 0.f;
+    merged_lse[h] = total > 0.f ? base + log2f(total) : kNegInf;
+  }
+  __syncthreads();
+  const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
+  for (int v = tid; v < kHeads * kColsPerRank / 4; v += kThreads) {
+    const int h = v / (kColsPerRank / 4), col = rank * kColsPerRank + (v % (kColsPerRank / 4)) * 4;
+    if (head_base + h >= p.num_heads) continue;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = weight[s * kHeads + h];
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(partial_group + (s * kHeads + h) * kKvLoraRank + col));
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+      acc.z += w * x.z;
+      acc.w += w * x.w;
+    }
+    const float inv = scale[h];
+    auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
+                                            (head_base + h) * p.out_head_stride + col);
+    out[0] = pack_bf16(acc.x * inv, acc.y * inv);
+    out[1] = pack_bf16(acc.z * inv, acc.w * inv);
+  }
+  if (p.lse != nullptr && rank == 0) {
+    for (int h = tid; h < kHeads && head_base + h < p.num_heads; h += kThreads)
+      p.lse[token * p.num_heads + head_base + h] = merged_lse[h] * kLn2;
+  }
+}
+
+template <int kHeadTiles>
+cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
+  const int bytes = shared_memory_bytes(kHeadTiles, p.positions_per_split);
+  static int configured_bytes = 0;  // raise the dynamic shared-memory limit once per size seen
+  if (bytes > configured_bytes) {
+    const cudaError_t error = cudaFuncSetAttribute(sparse_decode_kernel<kHeadTiles>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (error != cudaSuccess) return error;
+    configured_bytes = bytes;
+  }
+  const dim3 grid(kClusterSize, p.num_splits, p.num_tokens * p.head_groups);
+  sparse_decode_kernel<kHeadTiles><<<grid, kThreads, bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int shared_memory_bytes(int head_tiles, int positions_per_split) {
+  return SharedLayout(head_tiles, positions_per_split).total;
+}
+
+cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {
+  switch (params.head_tiles) {
+    case 1:
+      return launch<1>(params, stream);
+    case 2:
+      return launch<2>(params, stream);
+    case 4:
+      return launch<4>(params, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace decode
+}  // namespace sparse_mla

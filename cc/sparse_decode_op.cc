@@ -1,0 +1,172 @@
+// The torch op sparse_mla_decode::fwd: validates every tensor (shape, dtype, device, strides and the
+// alignment the kernel's vector loads need) and launches cc/sparse_decode_kernel.cu on the current
+// stream. Load with torch.ops.load_library (py/sparse_mla/ops/decode.py does).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cc/sparse_decode.h"
+
+namespace sparse_mla {
+namespace decode {
+namespace {
+
+using OptionalTensor = std::optional<at::Tensor>;
+
+constexpr int64_t kMaxHeads = 128;
+
+std::string shape_of(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+// Checks device, dtype, rank and the sizes given (-1 = any); names the argument in every error.
+void check(const char* name, const at::Tensor& t, at::ScalarType dtype, const at::Device& device,
+           std::initializer_list<int64_t> sizes) {
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, "sparse_mla: argument '", name, "' expected dtype ", dtype, ", got ",
+                   t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == device, "sparse_mla: argument '", name, "' expected device ", device, ", got ",
+                    t.device());
+  TORCH_CHECK_VALUE(t.dim() == static_cast<int64_t>(sizes.size()), "sparse_mla: argument '", name, "' expected ",
+                    sizes.size(), " dimensions, got shape ", shape_of(t));
+  int64_t d = 0;
+  for (int64_t want : sizes) {
+    TORCH_CHECK_VALUE(want < 0 || t.size(d) == want, "sparse_mla: argument '", name, "' expected size ", want,
+                      " in dimension ", d, ", got shape ", shape_of(t));
+    ++d;
+  }
+  TORCH_CHECK_VALUE(t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) <= 1, "sparse_mla: argument '", name,
+                    "' expected a contiguous last dimension, got strides ", c10::str(t.strides()));
+}
+
+// The kernel reads and writes bf16 pairs (4 bytes) of queries and output, and 16-byte pieces of slots.
+void check_alignment(const char* name, const at::Tensor& t, int64_t bytes) {
+  const int64_t elems = bytes / static_cast<int64_t>(t.element_size());
+  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % elems == 0);
+  TORCH_CHECK_VALUE(ok, "sparse_mla: argument '", name, "' expected a ", bytes,
+                    "-byte aligned address and strides (multiples of ", elems, " elements), got strides ",
+                    c10::str(t.strides()));
+}
+
+void check_workspace(const char* name, const OptionalTensor& t, at::ScalarType dtype, const at::Device& device,
+                     int64_t min_numel) {
+  TORCH_CHECK_VALUE(t.has_value(), "sparse_mla: argument '", name, "' is required when num_splits > 1");
+  check(name, *t, dtype, device, {-1});
+  TORCH_CHECK_VALUE(t->numel() >= min_numel, "sparse_mla: argument '", name, "' expected at least ", min_numel,
+                    " elements, got ", t->numel());
+}
+
+void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& kv_cache,
+         const at::Tensor& topk_indices, const at::Tensor& req_id, const at::Tensor& token_kv_len,
+         const at::Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t num_splits,
+         int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
+         const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters) {
+  TORCH_CHECK_VALUE(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got device ",
+                    q_nope.device());
+  const at::Device device = q_nope.device();
+  const int64_t num_tokens = q_nope.dim() == 3 ? q_nope.size(0) : -1;
+  const int64_t num_heads = q_nope.dim() == 3 ? q_nope.size(1) : -1;
+  check("q_nope", q_nope, at::kBFloat16, device, {-1, -1, kKvLoraRank});
+  TORCH_CHECK_VALUE(1 <= num_heads && num_heads <= kMaxHeads, "sparse_mla: argument 'q_nope' expected 1..",
+                    kMaxHeads, " heads, got shape ", shape_of(q_nope));
+  check("q_rope", q_rope, at::kBFloat16, device, {num_tokens, num_heads, kRopeDim});
+  check("kv_cache", kv_cache, at::kBFloat16, device, {-1, kBlockSize, kSlotElems});
+  check("topk_indices", topk_indices, at::kInt, device, {num_tokens, -1});
+  check("req_id", req_id, at::kInt, device, {num_tokens});
+  check("token_kv_len", token_kv_len, at::kInt, device, {num_tokens});
+  check("block_table", block_table, at::kInt, device, {-1, -1});
+  check("out", out, at::kBFloat16, device, {num_tokens, num_heads, kKvLoraRank});
+  check_alignment("q_nope", q_nope, 4);
+  check_alignment("q_rope", q_rope, 4);
+  check_alignment("out", out, 4);
+  check_alignment("kv_cache", kv_cache, 16);
+  if (lse.has_value()) {
+    check("lse", *lse, at::kFloat, device, {num_tokens, num_heads});
+    TORCH_CHECK_VALUE(lse->is_contiguous(), "sparse_mla: argument 'lse' expected contiguous, got strides ",
+                      c10::str(lse->strides()));
+  }
+  const int64_t num_blocks = kv_cache.size(0), topk = topk_indices.size(1);
+  TORCH_CHECK_VALUE(num_blocks * kBlockSize <= INT32_MAX, "sparse_mla: argument 'kv_cache' expected at most ",
+                    INT32_MAX / kBlockSize, " blocks, got ", num_blocks);
+  TORCH_CHECK_VALUE(topk >= 1, "sparse_mla: argument 'topk_indices' expected at least one column, got shape ",
+                    shape_of(topk_indices));
+  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2 || head_tiles == 4,
+                    "sparse_mla: argument 'head_tiles' expected 1, 2 or 4, got ", head_tiles);
+  TORCH_CHECK_VALUE(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",
+                    kMaxSplits, ", got ", num_splits);
+  TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % kChunk == 0 &&
+                        positions_per_split <= kMaxPositionsPerSplit,
+                    "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", kChunk,
+                    " up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+  TORCH_CHECK_VALUE(num_splits * positions_per_split >= topk, "sparse_mla: num_splits * positions_per_split = ",
+                    num_splits * positions_per_split, " expected to cover topk = ", topk);
+  const int64_t heads_per_cta = kHeadTileRows * head_tiles;
+  const int64_t head_groups = (num_heads + heads_per_cta - 1) / heads_per_cta;
+  if (num_splits > 1) {
+    const int64_t groups = num_tokens * head_groups;
+    check_workspace("partial_out", partial_out, at::kFloat, device, groups * num_splits * heads_per_cta * kKvLoraRank);
+    check_workspace("partial_lse", partial_lse, at::kFloat, device, groups * num_splits * kClusterSize * heads_per_cta);
+    check_workspace("counters", counters, at::kInt, device, groups * kClusterSize);
+  }
+  if (num_tokens == 0) return;
+
+  const c10::cuda::CUDAGuard guard(device);
+  int max_shared = 0;
+  cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index());
+  const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(positions_per_split));
+  TORCH_CHECK_VALUE(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
+                    " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
+                    positions_per_split, "; this device allows ", max_shared);
+
+  SparseDecodeParams p{};
+  p.q_nope = q_nope.data_ptr();
+  p.q_nope_token_stride = q_nope.stride(0);
+  p.q_nope_head_stride = q_nope.stride(1);
+  p.q_rope = q_rope.data_ptr();
+  p.q_rope_token_stride = q_rope.stride(0);
+  p.q_rope_head_stride = q_rope.stride(1);
+  p.kv_cache = kv_cache.data_ptr();
+  p.kv_block_stride = kv_cache.stride(0);
+  p.kv_slot_stride = kv_cache.stride(1);
+  p.num_blocks = static_cast<int>(num_blocks);
+  p.topk_indices = topk_indices.data_ptr<int32_t>();
+  p.topk_token_stride = topk_indices.stride(0);
+  p.topk = static_cast<int>(topk);
+  p.req_id = req_id.data_ptr<int32_t>();
+  p.token_kv_len = token_kv_len.data_ptr<int32_t>();
+  p.block_table = block_table.data_ptr<int32_t>();
+  p.block_table_stride = block_table.stride(0);
+  p.max_blocks_per_req = static_cast<int>(block_table.size(1));
+  p.out = out.data_ptr();
+  p.out_token_stride = out.stride(0);
+  p.out_head_stride = out.stride(1);
+  p.lse = lse.has_value() ? lse->data_ptr<float>() : nullptr;
+  p.partial_out = num_splits > 1 ? partial_out->data_ptr<float>() : nullptr;
+  p.partial_lse = num_splits > 1 ? partial_lse->data_ptr<float>() : nullptr;
+  p.counters = num_splits > 1 ? counters->data_ptr<int32_t>() : nullptr;
+  p.num_tokens = static_cast<int>(num_tokens);
+  p.num_heads = static_cast<int>(num_heads);
+  p.head_tiles = static_cast<int>(head_tiles);
+  p.head_groups = static_cast<int>(head_groups);
+  p.num_splits = static_cast<int>(num_splits);
+  p.positions_per_split = static_cast<int>(positions_per_split);
+  p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // log2(e)
+  const cudaError_t error = launch_sparse_decode(p, c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
+}
+
+}  // namespace
+}  // namespace decode
+}  // namespace sparse_mla
+
+TORCH_LIBRARY(sparse_mla_decode, m) {
+  m.def(
+      "fwd(Tensor q_nope, Tensor q_rope, Tensor kv_cache, Tensor topk_indices, Tensor req_id, "
+      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int num_splits, "
+      "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
+      "Tensor(d!)? partial_lse, Tensor(e!)? counters) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(sparse_mla_decode, CUDA, m) { m.impl("fwd", TORCH_FN(sparse_mla::decode::fwd)); }

@@ -1,0 +1,244 @@
+"""The latency-first sparse-MLA decode kernel (``cc/sparse_decode_kernel.cu``) as the torch op
+``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call.
+
+One launch per call: clusters of 8 CTAs each gather 1/8 of every selected slot's columns, sum their
+partial scores through distributed shared memory, and (when a token's positions are split over
+several clusters) merge the splits in the last-arriving CTA. The kernel file's header says how.
+
+The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
+this package in the runfiles); outside Bazel, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
+
+Example
+-------
+>>> plan = decode.plan(num_tokens=1, num_heads=16, num_sms=132)
+>>> workspace = decode.DecodeWorkspace.for_max_tokens(16, 16, 132, device=q_nope.device)
+>>> decode.sparse_mla_decode(q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len,
+...                          block_table, DEEPSEEK_V32_SOFTMAX_SCALE, plan, workspace, out=out)
+"""
+
+import dataclasses
+import functools
+from typing import Optional
+
+import torch
+
+from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK
+from sparse_mla.ops.library import Availability, load_op_library
+
+LIBRARY_NAME = "libsparse_mla_decode.so"
+LIBRARY_ENV = "SPARSE_MLA_DECODE_LIBRARY"
+
+CLUSTER_SIZE = 8
+"""CTAs per cluster; each owns 64 of the 512 c_kv columns (``kClusterSize`` in cc/sparse_decode.h)."""
+
+CHUNK = 64
+"""Positions per pipeline stage; a split covers a multiple of it (``kChunk``)."""
+
+HEAD_TILE_ROWS = 16
+"""Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or 4 tiles."""
+
+MAX_SPLITS = 64
+"""Most splits of one token's positions (``kMaxSplits``: merge weights live in shared memory)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodePlan:
+    """Launch configuration of one call; depends only on ``(T, N, SMs, topk, ctas_per_sm)``.
+
+    Grid: ``CLUSTER_SIZE x num_splits x (num_tokens * head_groups)`` CTAs of 128 threads.
+    """
+
+    num_tokens: int
+    num_heads: int
+    head_tiles: int  # heads per CTA = 16 * head_tiles
+    head_groups: int  # ceil(num_heads / heads per CTA)
+    num_splits: int  # position splits per token (1: no workspace, no merge)
+    positions_per_split: int  # multiple of CHUNK
+
+    @property
+    def heads_per_cta(self) -> int:
+        return HEAD_TILE_ROWS * self.head_tiles
+
+    @property
+    def num_ctas(self) -> int:
+        return CLUSTER_SIZE * self.num_splits * self.num_tokens * self.head_groups
+
+    @property
+    def partial_out_numel(self) -> int:
+        """fp32 partial outputs `[T, head_groups, splits, heads per CTA, 512]` (0 without splits)."""
+        if self.num_splits == 1:
+            return 0
+        return self.num_tokens * self.head_groups * self.num_splits * self.heads_per_cta * KV_LORA_RANK
+
+    @property
+    def partial_lse_numel(self) -> int:
+        """fp32 base-2 LSEs `[T, head_groups, splits, 8, heads per CTA]` (0 without splits)."""
+        if self.num_splits == 1:
+            return 0
+        return self.num_tokens * self.head_groups * self.num_splits * CLUSTER_SIZE * self.heads_per_cta
+
+    @property
+    def counters_numel(self) -> int:
+        """int32 arrival counters `[T, head_groups, 8]` (0 without splits)."""
+        return 0 if self.num_splits == 1 else self.num_tokens * self.head_groups * CLUSTER_SIZE
+
+
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, ctas_per_sm: int = 1) -> DecodePlan:
+    """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
+
+    Heads per CTA: 16 for ``N <= 16``, 32 for ``N <= 32``, else 64 (``ceil(N / 64)`` head groups).
+    Clusters without splitting: ``T * head_groups``, each of 8 CTAs; splits
+    ``s = floor(num_sms * ctas_per_sm / (8 * T * head_groups))``, clamped to ``[1, min(64, topk / 64)]``,
+    then positions per split ``ceil(topk / s)`` rounded up to 64 (and ``s`` reduced to the splits
+    that still hold positions). Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 16 splits of
+    128 positions (128 CTAs), T = 8 → 2 splits, T = 16 → 1.
+
+    Raises
+    ------
+    ValueError
+        ``num_heads`` outside [1, 128], or a non-positive ``num_tokens``, ``num_sms``, ``topk`` or ``ctas_per_sm``.
+    """
+    if not 1 <= num_heads <= 128:
+        raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
+    for name, value in (("num_tokens", num_tokens), ("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm)):
+        if value < 1:
+            raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
+    head_tiles = 1 if num_heads <= 16 else 2 if num_heads <= 32 else 4
+    head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
+    chunks = -(-topk // CHUNK)
+    splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * num_tokens * head_groups)
+    splits = max(1, min(splits, MAX_SPLITS, chunks))
+    positions_per_split = -(-chunks // splits) * CHUNK
+    return DecodePlan(
+        num_tokens=num_tokens,
+        num_heads=num_heads,
+        head_tiles=head_tiles,
+        head_groups=head_groups,
+        num_splits=-(-topk // positions_per_split),
+        positions_per_split=positions_per_split,
+    )
+
+
+@dataclasses.dataclass
+class DecodeWorkspace:
+    """Split-KV buffers shared by every call up to a size (addresses fixed for CUDA graphs).
+
+    ``counters`` start at zero and are zero again after every launch (the last CTA of each group
+    resets its own), so one workspace serves all layers of a step and every replay of a graph, on
+    one stream at a time.
+    """
+
+    partial_out: torch.Tensor  # fp32, flat
+    partial_lse: torch.Tensor  # fp32, flat
+    counters: torch.Tensor  # int32, flat, zero between launches
+
+    @classmethod
+    def for_plans(cls, plans, device: torch.device) -> "DecodeWorkspace":
+        """Buffers large enough for each plan of ``plans`` (an iterable of :class:`DecodePlan`)."""
+        plans = list(plans)
+        sizes = [max([getattr(p, f) for p in plans], default=0) for f in ("partial_out_numel", "partial_lse_numel", "counters_numel")]
+        return cls(
+            partial_out=torch.empty(max(sizes[0], 1), dtype=torch.float32, device=device),
+            partial_lse=torch.empty(max(sizes[1], 1), dtype=torch.float32, device=device),
+            counters=torch.zeros(max(sizes[2], 1), dtype=torch.int32, device=device),
+        )
+
+    @classmethod
+    def for_max_tokens(
+        cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK, ctas_per_sm: int = 1
+    ) -> "DecodeWorkspace":
+        """Buffers for every token count ``1..max_tokens`` of :func:`plan` (only small counts split)."""
+        plans = []
+        for t in range(1, max_tokens + 1):
+            plans.append(plan(t, num_heads, num_sms, topk, ctas_per_sm))
+            if plans[-1].num_splits == 1:
+                break  # more tokens never split again
+        return cls.for_plans(plans, device)
+
+
+@functools.lru_cache(maxsize=None)
+def is_available() -> Availability:
+    """Whether the decode op runs on the current CUDA device (Hopper, library built and loadable)."""
+    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, "sparse_mla_decode", _register_fake)
+
+
+def _register_fake() -> None:
+    """No-output (in-place) op: ``torch.compile`` needs only to know it returns nothing."""
+
+    @torch.library.register_fake("sparse_mla_decode::fwd")
+    def _fwd_fake(*args, **kwargs):
+        return None
+
+
+def sparse_mla_decode(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    softmax_scale: float,
+    launch: DecodePlan,
+    workspace: Optional[DecodeWorkspace],
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Sparse MLA attention of request-local top-k positions, one launch, written into ``out``.
+
+    Parameters
+    ----------
+    q_nope, q_rope : torch.Tensor
+        `[T, N, 512]` and `[T, N, 64]` bf16 on one Hopper GPU; last dimension contiguous, other
+        strides even (views of a fused `[T, N, 576]` query are fine).
+    kv_cache : torch.Tensor
+        `[num_blocks, 64, 576]` bf16, slot elements contiguous; block and slot strides multiples of 8
+        elements (a padded block stride is fine).
+    topk_indices : torch.Tensor
+        `[T, topk]` int32 request-local positions; ``-1``, positions ``>= token_kv_len``, past the
+        block table or in blocks outside ``[0, num_blocks)`` are skipped, never read.
+    req_id, token_kv_len : torch.Tensor
+        `[T]` int32: block-table row and causal length of each token (``SparseMLAMetadata``'s).
+    block_table : torch.Tensor
+        `[num_reqs, max_blocks]` int32, last dimension contiguous.
+    softmax_scale : float
+        Score scale (DeepSeek-V3.2: ``192 ** -0.5``).
+    launch : DecodePlan
+        From :func:`plan` for this ``(T, N)``.
+    workspace : DecodeWorkspace or None
+        Large enough for ``launch`` (required when ``launch.num_splits > 1``).
+    out : torch.Tensor
+        `[T, N, 512]` bf16, written; zero for a token without valid positions.
+    lse : torch.Tensor, optional
+        `[T, N]` fp32 contiguous: natural-log LSE of the scaled scores, ``-inf`` without valid positions.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``.
+
+    Raises
+    ------
+    RuntimeError
+        The op library is not available here (the reason is in the message).
+    TypeError, ValueError
+        A tensor's dtype, shape, device, strides or alignment, the plan or the workspace size is
+        wrong (checked in the op, before any launch; the message names the argument).
+    """
+    availability = is_available()
+    if not availability:
+        raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
+    if launch.num_tokens != q_nope.shape[0] or launch.num_heads != q_nope.shape[1]:
+        raise ValueError(
+            f"sparse_mla: argument 'launch' planned for (T, N) = ({launch.num_tokens}, {launch.num_heads}), "
+            f"got q_nope of shape {tuple(q_nope.shape)}"
+        )
+    split = workspace if launch.num_splits > 1 else None
+    if launch.num_splits > 1 and workspace is None:
+        raise ValueError(f"sparse_mla: argument 'workspace' is required for a plan of {launch.num_splits} splits, got None")
+    torch.ops.sparse_mla_decode.fwd(
+        q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
+        launch.head_tiles, launch.num_splits, launch.positions_per_split, out, lse,
+        split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
+    )
+    return out

@@ -1,0 +1,187 @@
+"""GPU: the latency-first CUDA decode kernel (sparse_mla.ops.decode) against the fp32 reference.
+
+Top-k 2048 over requests of 32k, 1.5k, 20k and 700 positions (tokens of one request are
+speculative / prefill tokens with their own causal lengths; rows of short requests hold fewer
+valid positions), -1 at the end, the start or scattered with extra holes; N in {1, 8, 16, 32, 64,
+128} and odd {7, 100}; T in {1, 2, 4, 8, 16, 33}. Invalid entries of every kind; strided queries
+and a padded cache block stride; CUDA-graph capture at padded T replayed with fewer real tokens and
+new contents (equal to eager); argument errors. Outputs are poisoned (NaN) before every call.
+
+Accuracy (:func:`sparse_mla.testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
+LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position.
+"""
+
+import pytest
+import torch
+
+from sparse_mla import testing
+from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
+from sparse_mla.ops import decode
+
+pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
+
+PATTERNS = testing.INVALID_PATTERNS
+
+
+def _device():
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _num_sms():
+    return torch.cuda.get_device_properties(_device()).multi_processor_count
+
+
+def run_decode(case, launch=None, workspace=None, out=None, lse=None):
+    """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
+    num_tokens, num_heads = case.q_nope.shape[:2]
+    launch = launch or decode.plan(num_tokens, num_heads, _num_sms())
+    workspace = workspace or decode.DecodeWorkspace.for_plans([launch], _device())
+    if out is None:
+        out, lse = testing.poisoned_outputs(num_tokens, num_heads, _device())
+    decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
+    torch.cuda.synchronize()
+    return out, lse
+
+
+@pytest.mark.parametrize("num_tokens", [1, 2, 4, 8, 16, 33])
+@pytest.mark.parametrize("num_heads", [1, 8, 16, 32, 64, 128, 7, 100])
+def test_matches_reference(num_heads, num_tokens):
+    seed = num_heads * 1000 + num_tokens
+    case = testing.make_attention_case(num_tokens, num_heads, _device(), seed, PATTERNS[seed % 3], drop_fraction=0.1)
+    out, lse = run_decode(case)
+    launch = decode.plan(num_tokens, num_heads, _num_sms())
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {launch}")
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 32, 64])
+@pytest.mark.parametrize("num_heads", [16, 48])
+def test_any_split_count(num_splits, num_heads):
+    """Splits that do not divide top-k evenly, one split over all 2048 positions, the most splits."""
+    case = testing.make_attention_case(3, num_heads, _device(), seed=num_splits, pattern="scattered", drop_fraction=0.3)
+    planned = decode.plan(3, num_heads, _num_sms())
+    positions = -(-INDEX_TOPK // num_splits // decode.CHUNK) * decode.CHUNK
+    launch = decode.DecodePlan(3, num_heads, planned.head_tiles, planned.head_groups,
+                               -(-INDEX_TOPK // positions), positions)
+    out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))
+
+
+def test_invalid_entries_are_skipped():
+    """All -1, past the causal length, past the block table, block ids outside the cache: masked, no NaN."""
+    case = testing.make_attention_case(4, 16, _device(), seed=5, pattern="scattered")
+    topk = case.topk_indices
+    topk[0] = -1
+    topk[1, :64] = case.token_kv_len[1] + torch.arange(64, device=topk.device, dtype=torch.int32)
+    case.token_kv_len[2] = 1 << 20  # the block table's width decides
+    topk[2, :64] = case.block_table.shape[1] * KV_BLOCK_SIZE + torch.arange(64, device=topk.device, dtype=torch.int32)
+    used_columns = topk[3][topk[3] >= 0][:32].long() // KV_BLOCK_SIZE
+    case.block_table[case.req_id[3].long(), used_columns] = case.num_blocks + 1
+    case.block_table[case.req_id[3].long(), used_columns[:4]] = -7
+    out, lse = run_decode(case)
+    assert torch.isneginf(lse[0]).all() and (out[0] == 0).all()
+    testing.assert_attention_close(out, lse, *case.reference())
+
+
+def test_strided_queries_and_padded_cache():
+    """q_nope / q_rope as views of one [T, N, 576] tensor and a cache whose block stride is padded."""
+    case = testing.make_attention_case(5, 24, _device(), seed=9, pattern="start", drop_fraction=0.2)
+    padded = torch.randn(case.num_blocks, KV_BLOCK_SIZE + 3, 576, device=_device()).to(torch.bfloat16)
+    padded[:, :KV_BLOCK_SIZE] = case.kv_cache
+    view = padded[:, :KV_BLOCK_SIZE]
+    assert not view.is_contiguous()
+    strided = testing.AttentionCase(case.q_nope, case.q_rope, view, *case.inputs()[3:])
+    out, lse = run_decode(strided)
+    testing.assert_attention_close(out, lse, *case.reference())
+
+
+def test_output_views_and_no_lse():
+    """``out`` may be a view with a head stride other than 512; ``lse`` may be omitted."""
+    case = testing.make_attention_case(2, 16, _device(), seed=3)
+    storage = torch.full((2, 16, 600), float("nan"), dtype=torch.bfloat16, device=_device())
+    out = storage[..., :512]
+    run_decode(case, out=out, lse=None)
+    ref_out, _ = case.reference()
+    assert testing.relative_error(out, ref_out) < testing.ATTENTION_REL_TOL
+    assert torch.isnan(storage[..., 512:]).all(), "the kernel wrote past the output view"
+
+
+@pytest.mark.parametrize("padded_tokens", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("num_heads", [16, 128])
+def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_heads):
+    """Capture at a padded T; replay with fewer real tokens (padding: req 0, length 0) and new data."""
+    device = _device()
+    launch = decode.plan(padded_tokens, num_heads, _num_sms())
+    workspace = decode.DecodeWorkspace.for_max_tokens(16, num_heads, _num_sms(), device)
+    static = testing.make_attention_case(padded_tokens, num_heads, device, seed=1)
+    out, lse = testing.poisoned_outputs(padded_tokens, num_heads, device)
+
+    def call():
+        decode.sparse_mla_decode(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+
+    for seed in (2, 3):
+        real = max(1, padded_tokens - seed + 1)
+        fresh = testing.make_attention_case(padded_tokens, num_heads, device, seed=seed, pattern=PATTERNS[seed % 3],
+                                            drop_fraction=0.2)
+        fresh.req_id[real:] = 0
+        fresh.token_kv_len[real:] = 0  # CUDA-graph padding tokens: nothing to attend
+        for dst, src in zip(static.inputs(), fresh.inputs()):
+            dst.copy_(src)  # same shapes: the case's request lengths depend on T only
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_out, ref_lse = static.reference()
+        testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"replay seed {seed}")
+        assert (out[real:] == 0).all() and torch.isneginf(lse[real:]).all()
+        eager_out, eager_lse = run_decode(static, launch, workspace)
+        assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse), "replay differs from eager"
+    assert torch.count_nonzero(workspace.counters) == 0, "arrival counters must be zero after every launch"
+
+
+def test_bad_arguments_raise_naming_the_argument():
+    case = testing.make_attention_case(2, 16, _device(), seed=4)
+    launch = decode.plan(2, 16, _num_sms())
+    workspace = decode.DecodeWorkspace.for_plans([launch], _device())
+    out, lse = testing.poisoned_outputs(2, 16, _device())
+    inputs = list(case.inputs())
+
+    def call(args, **kwargs):
+        params = dict(launch=launch, workspace=workspace, out=out, lse=lse)
+        params.update(kwargs)
+        decode.sparse_mla_decode(*args, DEEPSEEK_V32_SOFTMAX_SCALE, **params)
+
+    bad = [
+        (0, inputs[0].float(), TypeError, "q_nope"),
+        (1, inputs[1][:, :, :32], ValueError, "q_rope"),
+        (2, inputs[2].cpu(), ValueError, "kv_cache"),
+        (3, inputs[3].long(), TypeError, "topk_indices"),
+        (4, inputs[4][:1], ValueError, "req_id"),
+        (6, inputs[6].t(), ValueError, "block_table"),
+    ]
+    for position, value, error, name in bad:
+        args = list(inputs)
+        args[position] = value
+        with pytest.raises(error, match=name):
+            call(args)
+    with pytest.raises(ValueError, match="out"):
+        call(inputs, out=out[:, :8])
+    with pytest.raises(ValueError, match="lse"):
+        call(inputs, lse=lse[:1])
+    with pytest.raises(ValueError, match="launch"):
+        call(inputs, launch=decode.plan(3, 16, _num_sms()))
+    if launch.num_splits > 1:
+        with pytest.raises(ValueError, match="workspace"):
+            call(inputs, workspace=None)
+        small = decode.DecodeWorkspace.for_plans([], _device())
+        with pytest.raises(ValueError, match="partial_out"):
+            call(inputs, workspace=small)
+    assert torch.isnan(out.float()).all(), "a rejected call must not write the output"

@@ -1,0 +1,75 @@
+"""CPU: the decode kernel's launch plan and workspace sizing (sparse_mla.ops.decode), no GPU needed."""
+
+import pytest
+import torch
+
+from sparse_mla.constants import INDEX_TOPK
+from sparse_mla.ops import decode
+
+H200_SMS = 132
+
+
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, head_tiles, head_groups, num_splits, positions",
+    [
+        (1, 16, 1, 1, 16, 128),  # 128 CTAs: one per SM
+        (1, 1, 1, 1, 16, 128),
+        (2, 16, 1, 1, 8, 256),
+        (8, 16, 1, 1, 2, 1024),
+        (16, 16, 1, 1, 1, 2048),
+        (1, 32, 2, 1, 16, 128),
+        (1, 64, 4, 1, 16, 128),
+        (1, 128, 4, 2, 8, 256),
+        (8, 128, 4, 2, 1, 2048),
+        (1, 100, 4, 2, 8, 256),
+        (1024, 128, 4, 2, 1, 2048),
+    ],
+)
+def test_plan_on_h200(num_tokens, num_heads, head_tiles, head_groups, num_splits, positions):
+    launch = decode.plan(num_tokens, num_heads, H200_SMS)
+    assert (launch.head_tiles, launch.head_groups, launch.num_splits, launch.positions_per_split) == (
+        head_tiles, head_groups, num_splits, positions)
+    assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
+    assert launch.num_ctas <= max(H200_SMS, decode.CLUSTER_SIZE * num_tokens * head_groups)
+    assert launch.heads_per_cta * launch.head_groups >= num_heads
+
+
+def test_plan_drops_empty_splits_and_rounds_to_chunks():
+    launch = decode.plan(1, 16, 48, topk=2048)  # 6 splits asked: 2048 / 6 -> 384 per split -> 6 splits
+    assert (launch.num_splits, launch.positions_per_split) == (6, 384)
+    launch = decode.plan(1, 16, H200_SMS, topk=100)  # 2 chunks at most
+    assert (launch.num_splits, launch.positions_per_split) == (2, 64)
+    assert decode.plan(1, 16, H200_SMS, ctas_per_sm=2).num_splits == 32
+
+
+def test_workspace_covers_every_planned_token_count():
+    ws = decode.DecodeWorkspace.for_max_tokens(64, 128, H200_SMS, torch.device("cpu"))
+    for t in range(1, 65):
+        launch = decode.plan(t, 128, H200_SMS)
+        assert ws.partial_out.numel() >= launch.partial_out_numel
+        assert ws.partial_lse.numel() >= launch.partial_lse_numel
+        assert ws.counters.numel() >= launch.counters_numel
+    assert ws.partial_out.dtype == torch.float32 and ws.counters.dtype == torch.int32
+    assert torch.count_nonzero(ws.counters) == 0
+    unsplit = decode.plan(16, 16, H200_SMS)
+    assert unsplit.num_splits == 1 and unsplit.partial_out_numel == 0 and unsplit.counters_numel == 0
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(num_tokens=1, num_heads=0, num_sms=132), "num_heads"),
+    (dict(num_tokens=1, num_heads=129, num_sms=132), "num_heads"),
+    (dict(num_tokens=0, num_heads=16, num_sms=132), "num_tokens"),
+    (dict(num_tokens=1, num_heads=16, num_sms=0), "num_sms"),
+    (dict(num_tokens=1, num_heads=16, num_sms=132, topk=0), "topk"),
+])
+def test_plan_rejects_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        decode.plan(**kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer on a machine without CUDA")
+def test_unavailable_without_cuda_says_why():
+    availability = decode.is_available()
+    assert not availability and "no CUDA device" in availability.reason
+    with pytest.raises(RuntimeError, match="not available"):
+        decode.sparse_mla_decode(*([None] * 7), 0.1, decode.plan(1, 16, 4), None, out=None)
