@@ -8,9 +8,12 @@
 // [8 r, 8 r + 8): per position it gathers only those 144 bytes of the 1152-byte slot, so the 8 CTAs
 // together read each selected slot once. Scores need all 576 columns, so each CTA computes a partial
 // score q[:, cols_r] . k[:, cols_r] on tensor cores (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out)
-// and the cluster sums the 8 partials through distributed shared memory (each rank reduces 1/8 of the
-// score tile in a fixed order and writes the sum to all 8 CTAs, so every CTA holds bit-identical
-// scores). The softmax then runs redundantly in every CTA, and P . c_kv[:, cols_r] gives exactly the
+// and the cluster sums the 8 partials through distributed shared memory: rank r owns 8 of each
+// chunk's 64 positions; every rank pushes its partial scores of those positions into rank r with
+// st.async (the bytes count down an mbarrier of the receiver, so no cluster-wide barrier and no
+// fence that would wait for the gathers in flight), rank r adds them in rank order and pushes the
+// sums to all 8 CTAs the same way, so every CTA holds bit-identical scores. The exchange of chunk c
+// overlaps the score product of chunk c + 1 (two buffers of each kind). The softmax then runs redundantly in every CTA, and P . c_kv[:, cols_r] gives exactly the
 // output columns the CTA owns: c_kv is both the key (with q_nope) and the value. One latent head is
 // shared by all query heads, so each gathered row serves all heads of the CTA.
 //
@@ -58,18 +61,22 @@ static_assert(kColsPerRank == 64 && kRopePerRank == 8, "fragment code assumes 64
 static_assert(kChunk == 16 * kWarps, "each warp owns 16 positions of a chunk in the score product");
 static_assert(kColsPerRank == 16 * kWarps, "each warp owns 16 output columns in the value product");
 
+constexpr int kColsPerOwner = kChunk / kClusterSize;  // 8 positions of a chunk summed by each rank
+
+// Byte offsets of the dynamic shared memory of one CTA.
 struct SharedLayout {
-  int kv, score_partial, score_full, prob, row_max, row_sum, row_alpha, rows, total;
+  int kv, received, scores, prob, row_max, row_sum, row_alpha, barriers, rows, total;
   __host__ __device__ SharedLayout(int head_tiles, int positions_per_split) {
     const int heads = kHeadTileRows * head_tiles;
-    kv = 0;
-    score_partial = kv + kStages * kChunk * kRowElems * 2;
-    score_full = score_partial + heads * kScoreStride * 4;
-    prob = score_full + heads * kScoreStride * 4;
-    row_max = prob + heads * kProbStride * 2;
+    kv = 0;                                                          // [kStages][kChunk][kRowElems] bf16
+    received = kv + kStages * kChunk * kRowElems * 2;                // [2][kClusterSize][heads][8] fp32
+    scores = received + 2 * kClusterSize * heads * kColsPerOwner * 4;  // [2][heads][kScoreStride] fp32
+    prob = scores + 2 * heads * kScoreStride * 4;                    // [heads][kProbStride] bf16
+    row_max = prob + heads * kProbStride * 2;                        // [heads] fp32 each
     row_sum = row_max + heads * 4;
     row_alpha = row_sum + heads * 4;
-    rows = row_alpha + heads * 4;
+    barriers = (row_alpha + heads * 4 + 7) / 8 * 8;                  // 4 mbarriers (received[2], scores[2])
+    rows = barriers + 4 * 8;                                         // [positions_per_split] int32
     total = rows + positions_per_split * 4;
   }
 };
@@ -121,20 +128,65 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The address of the same shared-memory location in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t in_rank(uint32_t address, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+  return remote;
+}
+
+__device__ __forceinline__ void barrier_init(uint32_t barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier));
+}
+
+// The one local arrival of a phase, which also expects `bytes` from st.async (possibly already there).
+__device__ __forceinline__ void barrier_expect(uint32_t barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+// Stores into another CTA's shared memory; the bytes complete that CTA's mbarrier transaction count.
+__device__ __forceinline__ void push2(uint32_t remote, float a, float b, uint32_t remote_barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(remote),
+               "f"(a), "f"(b), "r"(remote_barrier)
+               : "memory");
+}
+
+__device__ __forceinline__ void push4(uint32_t remote, float4 v, uint32_t remote_barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   remote),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(remote_barrier)
+               : "memory");
+}
+
 template <int kHeadTiles>
 __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     sparse_decode_kernel(const SparseDecodeParams p) {
   constexpr int kHeads = kHeadTileRows * kHeadTiles;
   extern __shared__ __align__(128) unsigned char smem[];
   const SharedLayout layout(kHeadTiles, p.positions_per_split);
-  auto* kv_stages = reinterpret_cast<__nv_bfloat16*>(smem + layout.kv);  // [kStages][kChunk][kRowElems]
-  auto* score_partial = reinterpret_cast<float*>(smem + layout.score_partial);  // [kHeads][kScoreStride]
-  auto* score_full = reinterpret_cast<float*>(smem + layout.score_full);        // [kHeads][kScoreStride]
-  auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);           // [kHeads][kProbStride]
+  auto* kv_stages = reinterpret_cast<__nv_bfloat16*>(smem + layout.kv);
+  auto* received = reinterpret_cast<float*>(smem + layout.received);  // partial scores of my 8 positions
+  auto* scores = reinterpret_cast<float*>(smem + layout.scores);      // full scores of the chunk
+  auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);
   auto* row_max = reinterpret_cast<float*>(smem + layout.row_max);  // running max, base 2
   auto* row_sum = reinterpret_cast<float*>(smem + layout.row_sum);  // running sum of exp2
   auto* row_alpha = reinterpret_cast<float*>(smem + layout.row_alpha);  // this chunk's rescale
   auto* rows = reinterpret_cast<int*>(smem + layout.rows);  // [positions_per_split] global slot, -1 = masked
+  const uint32_t received_barrier = shared_address(smem + layout.barriers);  // + 8 * buffer
+  const uint32_t scores_barrier = received_barrier + 16;                    // + 8 * buffer
   __shared__ int arrived_last;
 
   cg::cluster_group cluster = cg::this_cluster();
@@ -146,21 +198,37 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
 
-  // 1. This split's positions -> global slot rows (masked entries -1).
+  if (tid == 0) {
+    for (int b = 0; b < 4; ++b) barrier_init(received_barrier + 8 * b);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+
+  // 1. This split's positions -> global slot rows (masked entries -1), kUnroll independent loads in flight.
   {
+    constexpr int kUnroll = 4;
     const int kv_len = p.token_kv_len[token];
     const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
     const int32_t* block_row = p.block_table + static_cast<int64_t>(p.req_id[token]) * p.block_table_stride;
     const int begin = split * p.positions_per_split;
-    for (int i = tid; i < p.positions_per_split; i += kThreads) {
-      const int j = begin + i;
-      int row = -1;
-      const int position = j < p.topk ? __ldg(index_row + j) : -1;
-      if (position >= 0 && position < kv_len && position / kBlockSize < p.max_blocks_per_req) {
-        const int block_id = __ldg(block_row + position / kBlockSize);
-        if (block_id >= 0 && block_id < p.num_blocks) row = block_id * kBlockSize + position % kBlockSize;
+    for (int base = 0; base < p.positions_per_split; base += kThreads * kUnroll) {
+      int position[kUnroll], block_id[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads + tid, j = begin + i;
+        position[u] = i < p.positions_per_split && j < p.topk ? __ldg(index_row + j) : -1;
       }
-      rows[i] = row;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const bool valid = position[u] >= 0 && position[u] < kv_len && position[u] / kBlockSize < p.max_blocks_per_req;
+        block_id[u] = valid ? __ldg(block_row + position[u] / kBlockSize) : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads + tid;
+        if (i < p.positions_per_split)
+          rows[i] = block_id[u] >= 0 && block_id[u] < p.num_blocks ? block_id[u] * kBlockSize + position[u] % kBlockSize
+                                                                   : -1;
+      }
     }
   }
 
@@ -194,7 +262,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     row_max[h] = kNegInf;
     row_sum[h] = 0.f;
   }
-  __syncthreads();  // rows[] complete before the gathers read them
+  cluster.sync();  // rows[] complete; every rank's mbarriers initialized before anyone pushes to them
 
   // 3. Gather ring: chunk c's 64 rows (this rank's 144 bytes of each) into stage c % kStages.
   const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
@@ -213,6 +281,74 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     }
   };
 
+  // 4. Partial scores of chunk c over this rank's columns (warp w: positions [16 w, 16 w + 16)),
+  //    pushed to the rank that owns each 8 positions: received[c % 2][my rank] of rank (2 w + nt).
+  auto score_and_push = [&](int chunk) {
+    const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
+    const int buffer = chunk & 1;
+    float score[kHeadTiles][2][4];
+#pragma unroll
+    for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) score[mt][nt][i] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const auto* k_row = reinterpret_cast<const uint32_t*>(kv + (warp * 16 + nt * 8 + group) * kRowElems);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint32_t b0 = k_row[ks * 8 + quad], b1 = k_row[ks * 8 + 4 + quad];
+#pragma unroll
+        for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt][nt], q_nope_frag[mt][ks], b0, b1);
+      }
+      const uint32_t b_rope = k_row[kColsPerRank / 2 + quad];
+#pragma unroll
+      for (int mt = 0; mt < kHeadTiles; ++mt)
+        mma_m16n8k8(score[mt][nt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
+    }
+    const float* mine = received + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int owner = warp * 2 + nt;
+      const uint32_t barrier = in_rank(received_barrier + 8 * buffer, owner);
+#pragma unroll
+      for (int mt = 0; mt < kHeadTiles; ++mt) {
+        const int row = mt * kHeadTileRows + group;
+        push2(in_rank(shared_address(mine + row * kColsPerOwner + 2 * quad), owner), score[mt][nt][0],
+              score[mt][nt][1], barrier);
+        push2(in_rank(shared_address(mine + (row + 8) * kColsPerOwner + 2 * quad), owner), score[mt][nt][2],
+              score[mt][nt][3], barrier);
+      }
+    }
+  };
+
+  // 5. Owner of 8 positions: wait for the 8 partials of chunk c, add them in rank order, push the sums
+  //    to scores[c % 2] of every rank.
+  constexpr uint32_t kExchangeBytes = kClusterSize * kHeads * kColsPerOwner * 4;  // per buffer, either way
+  auto reduce_and_broadcast = [&](int chunk) {
+    const int buffer = chunk & 1;
+    if (tid == 0) barrier_expect(received_barrier + 8 * buffer, kExchangeBytes);
+    barrier_wait(received_barrier + 8 * buffer, (chunk >> 1) & 1);
+    const float* partials = received + buffer * kClusterSize * kHeads * kColsPerOwner;
+    for (int v = tid; v < kHeads * kColsPerOwner / 4; v += kThreads) {
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int q = 0; q < kClusterSize; ++q) {
+        const float4 x = reinterpret_cast<const float4*>(partials + q * kHeads * kColsPerOwner)[v];
+        sum.x += x.x;
+        sum.y += x.y;
+        sum.z += x.z;
+        sum.w += x.w;
+      }
+      const int row = v / (kColsPerOwner / 4), col = rank * kColsPerOwner + (v % (kColsPerOwner / 4)) * 4;
+      const uint32_t local = shared_address(scores + (buffer * kHeads + row) * kScoreStride + col);
+#pragma unroll
+      for (int q = 0; q < kClusterSize; ++q)
+        push4(in_rank(local, q), sum, in_rank(scores_barrier + 8 * buffer, q));
+    }
+  };
+
   const int num_chunks = p.positions_per_split / kChunk;
   float out_acc[kHeadTiles][2][4];
 #pragma unroll
@@ -227,75 +363,28 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     if (s < num_chunks) issue_chunk(s);
     cp_async_commit();
   }
+  cp_async_wait<kStages - 2>();  // chunk 0 has landed
+  __syncthreads();
+  score_and_push(0);
 
   constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
   constexpr int kColsPerThread = kChunk / kThreadsPerRow;
   static_assert(kColsPerThread % 2 == 0, "probabilities are stored in pairs");
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
+    // Stage (chunk - 1) % kStages is free: chunk - 1 was consumed before the last barrier.
     if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);
     cp_async_commit();
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
-    const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
-
-    // 4. Partial scores of this rank's columns: warp w takes positions [16 w, 16 w + 16).
-    {
-      float score[kHeadTiles][2][4];
-#pragma unroll
-      for (int mt = 0; mt < kHeadTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) score[mt][nt][i] = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const auto* k_row = reinterpret_cast<const uint32_t*>(kv + (warp * 16 + nt * 8 + group) * kRowElems);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const uint32_t b0 = k_row[ks * 8 + quad], b1 = k_row[ks * 8 + 4 + quad];
-#pragma unroll
-          for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt][nt], q_nope_frag[mt][ks], b0, b1);
-        }
-        const uint32_t b_rope = k_row[kColsPerRank / 2 + quad];
-#pragma unroll
-        for (int mt = 0; mt < kHeadTiles; ++mt)
-          mma_m16n8k8(score[mt][nt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
-      }
-#pragma unroll
-      for (int mt = 0; mt < kHeadTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int row = mt * kHeadTileRows + group, col = warp * 16 + nt * 8 + 2 * quad;
-          *reinterpret_cast<float2*>(score_partial + row * kScoreStride + col) =
-              make_float2(score[mt][nt][0], score[mt][nt][1]);
-          *reinterpret_cast<float2*>(score_partial + (row + 8) * kScoreStride + col) =
-              make_float2(score[mt][nt][2], score[mt][nt][3]);
-        }
+    reduce_and_broadcast(chunk);
+    if (chunk + 1 < num_chunks) {  // overlap the exchange of this chunk with the next chunk's scores
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      score_and_push(chunk + 1);
     }
-    cluster.sync();  // every rank's partial scores are written
-
-    // 5. Cluster sum: rank r adds up its eighth of the tile in rank order and writes it to all ranks.
-    {
-      constexpr int kVectors = kHeads * kChunk / 4 / kClusterSize;  // float4 per rank
-      for (int v = tid; v < kVectors; v += kThreads) {
-        const int e = (rank * kVectors + v) * 4;
-        const int offset = (e / kChunk) * kScoreStride + e % kChunk;
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int q = 0; q < kClusterSize; ++q) {
-          const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(score_partial, q) + offset);
-          sum.x += x.x;
-          sum.y += x.y;
-          sum.z += x.z;
-          sum.w += x.w;
-        }
-#pragma unroll
-        for (int q = 0; q < kClusterSize; ++q)
-          *reinterpret_cast<float4*>(cluster.map_shared_rank(score_full, q) + offset) = sum;
-      }
-    }
-    cluster.sync();  // full scores are in every rank; partial buffers free again
+    const int buffer = chunk & 1;
+    if (tid == 0) barrier_expect(scores_barrier + 8 * buffer, kExchangeBytes);
+    barrier_wait(scores_barrier + 8 * buffer, (chunk >> 1) & 1);
+    const float* score_full = scores + buffer * kHeads * kScoreStride;
 
     // 6. Online softmax (base 2), identical in every rank; probabilities to shared memory as bf16.
     {
@@ -335,6 +424,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     __syncthreads();
 
     // 7. out[:, cols_r] = alpha * out + P . c_kv[:, cols_r]: warp w takes columns [16 w, 16 w + 16).
+    const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
 #pragma unroll
     for (int mt = 0; mt < kHeadTiles; ++mt) {
       const float a0 = row_alpha[mt * kHeadTileRows + group], a1 = row_alpha[mt * kHeadTileRows + group + 8];
@@ -420,9 +510,9 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   __threadfence();
 
   // Merge (last CTA of this rank's columns): weights 2^(lse_s - max) per head, in shared memory.
-  float* weight = score_partial;  // [num_splits][kHeads]
-  float* scale = score_full;      // [kHeads] 1 / sum of weights
-  float* merged_lse = score_full + kHeads;  // [kHeads] base 2
+  float* weight = received;            // [num_splits][kHeads] (the exchange buffers are idle now)
+  float* scale = scores;               // [kHeads] 1 / sum of weights
+  float* merged_lse = scores + kHeads;  // [kHeads] base 2
   const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
   for (int h = tid; h < kHeads; h += kThreads) {
     float max_lse = kNegInf;

@@ -73,7 +73,7 @@ for step in "${steps[@]}"; do
       PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
       echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
       mkdir -p "$out/decode_bench"
-      PYTHONPATH=py python3 tools/bench.py --paths=triton,decode --heads=16,64,128 --tokens=1,2,4,8,16 \
+      PYTHONPATH=py python3 tools/bench.py --paths=triton,decode --heads=16,32,64,128 --tokens=1,2,4,8,16,32 \
         --out_dir="$out/decode_bench" "$@" > "$out/decode_bench/bench.log" 2>&1
       echo "decode bench: rc=$?" | tee -a "$out/summary.txt"
       tail -25 "$out/decode_bench/bench.log"
