@@ -9,11 +9,12 @@
 // together read each selected slot once. Scores need all 576 columns, so each CTA computes a partial
 // score q[:, cols_r] . k[:, cols_r] on tensor cores (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out)
 // and the cluster sums the 8 partials through distributed shared memory: rank r owns 8 of each
-// chunk's 64 positions; every rank pushes its partial scores of those positions into rank r with
-// st.async (the bytes count down an mbarrier of the receiver, so no cluster-wide barrier and no
-// fence that would wait for the gathers in flight), rank r adds them in rank order and pushes the
-// sums to all 8 CTAs the same way, so every CTA holds bit-identical scores. The exchange of chunk c
-// overlaps the score product of chunk c + 1 (two buffers of each kind). The softmax then runs redundantly in every CTA, and P . c_kv[:, cols_r] gives exactly the
+// chunk's 64 positions; every rank sends its partial scores of those positions to rank r as one
+// bulk shared-to-shared copy (cp.async.bulk; the bytes count down an mbarrier of the receiver, so
+// there is no cluster-wide barrier, no fence that would wait for the gathers in flight, and 16
+// copies per chunk instead of thousands of small stores), rank r adds the 8 partials in rank order
+// and sends the sums to all 8 CTAs the same way, so every CTA holds bit-identical scores. The
+// exchange of chunk c overlaps the score product of chunk c + 1 (two buffers of each kind). The softmax then runs redundantly in every CTA, and P . c_kv[:, cols_r] gives exactly the
 // output columns the CTA owns: c_kv is both the key (with q_nope) and the value. One latent head is
 // shared by all query heads, so each gathered row serves all heads of the CTA.
 //
@@ -52,7 +53,6 @@ constexpr int kColsPerRank = kKvLoraRank / kClusterSize;   // 64 c_kv columns
 constexpr int kRopePerRank = kRopeDim / kClusterSize;      // 8 k_rope columns
 constexpr int kRowElems = kColsPerRank + kRopePerRank;     // 72 bf16 = 144 B per gathered row
 constexpr int kPiecesPerRow = kRowElems * 2 / 16;          // 9 16-byte copies per row
-constexpr int kScoreStride = kChunk + 4;            // fp32 score row stride (16-byte aligned rows)
 constexpr int kProbStride = kChunk + 8;             // bf16 probability row stride: 144 B, conflict-free
 constexpr float kNegInf = -INFINITY;
 constexpr float kLn2 = 0.69314718055994530942f;
@@ -63,15 +63,19 @@ static_assert(kColsPerRank == 16 * kWarps, "each warp owns 16 output columns in 
 
 constexpr int kColsPerOwner = kChunk / kClusterSize;  // 8 positions of a chunk summed by each rank
 
-// Byte offsets of the dynamic shared memory of one CTA.
+// Byte offsets of the dynamic shared memory of one CTA. Score tiles are kept as kClusterSize blocks
+// [heads][8] (block o = the 8 positions rank o sums), so each block is one contiguous bulk copy.
 struct SharedLayout {
-  int kv, received, scores, prob, row_max, row_sum, row_alpha, barriers, rows, total;
+  int kv, outgoing, received, sums, scores, prob, row_max, row_sum, row_alpha, barriers, rows, total;
   __host__ __device__ SharedLayout(int head_tiles, int positions_per_split) {
     const int heads = kHeadTileRows * head_tiles;
+    const int tile = kClusterSize * heads * kColsPerOwner * 4;       // one chunk's score tile, bytes
     kv = 0;                                                          // [kStages][kChunk][kRowElems] bf16
-    received = kv + kStages * kChunk * kRowElems * 2;                // [2][kClusterSize][heads][8] fp32
-    scores = received + 2 * kClusterSize * heads * kColsPerOwner * 4;  // [2][heads][kScoreStride] fp32
-    prob = scores + 2 * heads * kScoreStride * 4;                    // [heads][kProbStride] bf16
+    outgoing = kv + kStages * kChunk * kRowElems * 2;                // [2][owner][heads][8] my partials
+    received = outgoing + 2 * tile;                                  // [2][source][heads][8] partials for me
+    sums = received + 2 * tile;                                      // [2][heads][8] my sums
+    scores = sums + 2 * tile / kClusterSize;                         // [2][owner][heads][8] full scores
+    prob = scores + 2 * tile;                                        // [heads][kProbStride] bf16
     row_max = prob + heads * kProbStride * 2;                        // [heads] fp32 each
     row_sum = row_max + heads * 4;
     row_alpha = row_sum + heads * 4;
@@ -143,7 +147,7 @@ __device__ __forceinline__ void barrier_init(uint32_t barrier) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier));
 }
 
-// The one local arrival of a phase, which also expects `bytes` from st.async (possibly already there).
+// The one local arrival of a phase, which also expects `bytes` from bulk copies (possibly already there).
 __device__ __forceinline__ void barrier_expect(uint32_t barrier, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
@@ -157,19 +161,17 @@ __device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) 
       : "memory");
 }
 
-// Stores into another CTA's shared memory; the bytes complete that CTA's mbarrier transaction count.
-__device__ __forceinline__ void push2(uint32_t remote, float a, float b, uint32_t remote_barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(remote),
-               "f"(a), "f"(b), "r"(remote_barrier)
+// Copies `bytes` (a multiple of 16) of this CTA's shared memory to shared memory of another CTA of
+// the cluster; the bytes complete that CTA's mbarrier transaction count.
+__device__ __forceinline__ void send_bulk(uint32_t remote, uint32_t local, uint32_t bytes, uint32_t remote_barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   remote),
+               "r"(local), "r"(bytes), "r"(remote_barrier)
                : "memory");
 }
 
-__device__ __forceinline__ void push4(uint32_t remote, float4 v, uint32_t remote_barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                   remote),
-               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(remote_barrier)
-               : "memory");
-}
+// Makes this thread's ordinary shared-memory writes visible to bulk copies issued after a barrier.
+__device__ __forceinline__ void fence_for_bulk_copy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 template <int kHeadTiles>
 __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
@@ -178,7 +180,9 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   const SharedLayout layout(kHeadTiles, p.positions_per_split);
   auto* kv_stages = reinterpret_cast<__nv_bfloat16*>(smem + layout.kv);
+  auto* outgoing = reinterpret_cast<float*>(smem + layout.outgoing);  // my partial scores, by owner
   auto* received = reinterpret_cast<float*>(smem + layout.received);  // partial scores of my 8 positions
+  auto* sums = reinterpret_cast<float*>(smem + layout.sums);          // their sums
   auto* scores = reinterpret_cast<float*>(smem + layout.scores);      // full scores of the chunk
   auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);
   auto* row_max = reinterpret_cast<float*>(smem + layout.row_max);  // running max, base 2
@@ -262,7 +266,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     row_max[h] = kNegInf;
     row_sum[h] = 0.f;
   }
-  cluster.sync();  // rows[] complete; every rank's mbarriers initialized before anyone pushes to them
+  cluster.sync();  // rows[] complete; every rank's mbarriers initialized before anyone sends to them
 
   // 3. Gather ring: chunk c's 64 rows (this rank's 144 bytes of each) into stage c % kStages.
   const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
@@ -282,8 +286,10 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   };
 
   // 4. Partial scores of chunk c over this rank's columns (warp w: positions [16 w, 16 w + 16)),
-  //    pushed to the rank that owns each 8 positions: received[c % 2][my rank] of rank (2 w + nt).
-  auto score_and_push = [&](int chunk) {
+  //    sent to the rank that owns each 8 positions: received[c % 2][my rank] of rank (2 w + nt).
+  constexpr uint32_t kBlockBytes = kHeads * kColsPerOwner * 4;  // one owner's block of a score tile
+  constexpr uint32_t kExchangeBytes = kClusterSize * kBlockBytes;  // a barrier phase: 8 blocks
+  auto score_and_send = [&](int chunk) {
     const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
     const int buffer = chunk & 1;
     float score[kHeadTiles][2][4];
@@ -307,30 +313,35 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
       for (int mt = 0; mt < kHeadTiles; ++mt)
         mma_m16n8k8(score[mt][nt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
     }
-    const float* mine = received + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
+    float* tile = outgoing + buffer * kClusterSize * kHeads * kColsPerOwner;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const int owner = warp * 2 + nt;
-      const uint32_t barrier = in_rank(received_barrier + 8 * buffer, owner);
+      float* block = tile + (warp * 2 + nt) * kHeads * kColsPerOwner;  // owner 2 w + nt
 #pragma unroll
       for (int mt = 0; mt < kHeadTiles; ++mt) {
         const int row = mt * kHeadTileRows + group;
-        push2(in_rank(shared_address(mine + row * kColsPerOwner + 2 * quad), owner), score[mt][nt][0],
-              score[mt][nt][1], barrier);
-        push2(in_rank(shared_address(mine + (row + 8) * kColsPerOwner + 2 * quad), owner), score[mt][nt][2],
-              score[mt][nt][3], barrier);
+        *reinterpret_cast<float2*>(block + row * kColsPerOwner + 2 * quad) = make_float2(score[mt][nt][0], score[mt][nt][1]);
+        *reinterpret_cast<float2*>(block + (row + 8) * kColsPerOwner + 2 * quad) =
+            make_float2(score[mt][nt][2], score[mt][nt][3]);
       }
+    }
+    fence_for_bulk_copy();
+    __syncthreads();
+    if (tid < kClusterSize) {  // thread o sends block o to rank o, into its received[buffer][my rank]
+      const float* mine = received + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
+      send_bulk(in_rank(shared_address(mine), tid), shared_address(tile + tid * kHeads * kColsPerOwner),
+                kBlockBytes, in_rank(received_barrier + 8 * buffer, tid));
     }
   };
 
-  // 5. Owner of 8 positions: wait for the 8 partials of chunk c, add them in rank order, push the sums
-  //    to scores[c % 2] of every rank.
-  constexpr uint32_t kExchangeBytes = kClusterSize * kHeads * kColsPerOwner * 4;  // per buffer, either way
+  // 5. Owner of 8 positions: wait for the 8 partials of chunk c, add them in rank order, send the sums
+  //    to scores[c % 2][my rank] of every rank.
   auto reduce_and_broadcast = [&](int chunk) {
     const int buffer = chunk & 1;
     if (tid == 0) barrier_expect(received_barrier + 8 * buffer, kExchangeBytes);
     barrier_wait(received_barrier + 8 * buffer, (chunk >> 1) & 1);
     const float* partials = received + buffer * kClusterSize * kHeads * kColsPerOwner;
+    float* sum_block = sums + buffer * kHeads * kColsPerOwner;
     for (int v = tid; v < kHeads * kColsPerOwner / 4; v += kThreads) {
       float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -341,11 +352,14 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
         sum.z += x.z;
         sum.w += x.w;
       }
-      const int row = v / (kColsPerOwner / 4), col = rank * kColsPerOwner + (v % (kColsPerOwner / 4)) * 4;
-      const uint32_t local = shared_address(scores + (buffer * kHeads + row) * kScoreStride + col);
-#pragma unroll
-      for (int q = 0; q < kClusterSize; ++q)
-        push4(in_rank(local, q), sum, in_rank(scores_barrier + 8 * buffer, q));
+      reinterpret_cast<float4*>(sum_block)[v] = sum;
+    }
+    fence_for_bulk_copy();
+    __syncthreads();
+    if (tid < kClusterSize) {
+      const float* mine = scores + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
+      send_bulk(in_rank(shared_address(mine), tid), shared_address(sum_block), kBlockBytes,
+                in_rank(scores_barrier + 8 * buffer, tid));
     }
   };
 
@@ -365,7 +379,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   }
   cp_async_wait<kStages - 2>();  // chunk 0 has landed
   __syncthreads();
-  score_and_push(0);
+  score_and_send(0);
 
   constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
   constexpr int kColsPerThread = kChunk / kThreadsPerRow;
@@ -379,12 +393,12 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     if (chunk + 1 < num_chunks) {  // overlap the exchange of this chunk with the next chunk's scores
       cp_async_wait<kStages - 2>();
       __syncthreads();
-      score_and_push(chunk + 1);
+      score_and_send(chunk + 1);
     }
     const int buffer = chunk & 1;
     if (tid == 0) barrier_expect(scores_barrier + 8 * buffer, kExchangeBytes);
     barrier_wait(scores_barrier + 8 * buffer, (chunk >> 1) & 1);
-    const float* score_full = scores + buffer * kHeads * kScoreStride;
+    const float* score_full = scores + buffer * kClusterSize * kHeads * kColsPerOwner;  // [owner][head][8]
 
     // 6. Online softmax (base 2), identical in every rank; probabilities to shared memory as bf16.
     {
@@ -394,7 +408,8 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < kColsPerThread; ++i) {
         const int col = col0 + i;
-        x[i] = rows[chunk * kChunk + col] >= 0 ? score_full[h * kScoreStride + col] * p.scale_log2 : kNegInf;
+        const float score = score_full[((col / kColsPerOwner) * kHeads + h) * kColsPerOwner + col % kColsPerOwner];
+        x[i] = rows[chunk * kChunk + col] >= 0 ? score * p.scale_log2 : kNegInf;
         chunk_max = fmaxf(chunk_max, x[i]);
       }
 #pragma unroll
