@@ -9,20 +9,21 @@
 // together read each selected slot once. Scores need all 576 columns, so each CTA computes a partial
 // score q[:, cols_r] . k[:, cols_r] on tensor cores (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out)
 // and the cluster sums the 8 partials through distributed shared memory: rank r owns 8 of each
-// chunk's 64 positions; every rank sends its partial scores of those positions to rank r as one
-// bulk shared-to-shared copy (cp.async.bulk; the bytes count down an mbarrier of the receiver, so
-// there is no cluster-wide barrier, no fence that would wait for the gathers in flight, and 16
-// copies per chunk instead of thousands of small stores), rank r adds the 8 partials in rank order
-// and sends the sums to all 8 CTAs the same way, so every CTA holds bit-identical scores. The
-// exchange of chunk c overlaps the score product of chunk c + 1 (two buffers of each kind). The softmax then runs redundantly in every CTA, and P . c_kv[:, cols_r] gives exactly the
-// output columns the CTA owns: c_kv is both the key (with q_nope) and the value. One latent head is
+// chunk's 64 positions; every rank pushes its partial scores of those positions into rank r with
+// st.async (the bytes count down an mbarrier of the receiver, so no cluster-wide barrier and no
+// fence that would wait for the gathers in flight), rank r adds them in rank order and pushes the
+// sums to all 8 CTAs the same way, so every CTA holds bit-identical scores. The exchange is
+// software-pipelined: while chunk c is normalized and multiplied with the values, the partial
+// scores of chunk c + 2 are pushed and chunk c + 1 is summed (kExchangeBuffers buffers of each
+// kind; see the main loop for why three suffice). The softmax then runs redundantly in every CTA,
+// and P . c_kv[:, cols_r] gives exactly the output columns the CTA owns: c_kv is both the key (with q_nope) and the value. One latent head is
 // shared by all query heads, so each gathered row serves all heads of the CTA.
 //
 // Positions -> rows: every CTA translates its split's positions through the block table up front
 // (position p of request req_id[t] lives in block block_table[req, p / 64], slot p % 64); -1, p >=
 // token_kv_len[t], p past the block table, and block ids outside [0, num_blocks) are masked (their
 // rows are zero-filled by cp.async and their scores set to -inf, never read from memory). Rows are
-// then gathered with 16-byte cp.async into a 4-stage ring of 64-position chunks.
+// then gathered with 16-byte cp.async into a kStages-deep ring of 64-position chunks.
 //
 // Split-KV merge without a second kernel: with num_splits > 1 each CTA writes its normalized partial
 // output (its 64 columns) and base-2 LSE to the workspace, then bumps the arrival counter of its
@@ -48,11 +49,14 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 128;                       // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kStages = 4;                          // chunks in flight per CTA
+constexpr int kLookahead = 2;                       // scores of chunk c + 2 are pushed while c finishes
+constexpr int kExchangeBuffers = kLookahead + 1;    // score exchanges in flight
+constexpr int kStages = 6;                          // gathered chunks held per CTA (kLookahead + 1 in use)
 constexpr int kColsPerRank = kKvLoraRank / kClusterSize;   // 64 c_kv columns
 constexpr int kRopePerRank = kRopeDim / kClusterSize;      // 8 k_rope columns
 constexpr int kRowElems = kColsPerRank + kRopePerRank;     // 72 bf16 = 144 B per gathered row
 constexpr int kPiecesPerRow = kRowElems * 2 / 16;          // 9 16-byte copies per row
+constexpr int kScoreStride = kChunk + 4;            // fp32 score row stride (16-byte aligned rows)
 constexpr int kProbStride = kChunk + 8;             // bf16 probability row stride: 144 B, conflict-free
 constexpr float kNegInf = -INFINITY;
 constexpr float kLn2 = 0.69314718055994530942f;
@@ -63,24 +67,20 @@ static_assert(kColsPerRank == 16 * kWarps, "each warp owns 16 output columns in 
 
 constexpr int kColsPerOwner = kChunk / kClusterSize;  // 8 positions of a chunk summed by each rank
 
-// Byte offsets of the dynamic shared memory of one CTA. Score tiles are kept as kClusterSize blocks
-// [heads][8] (block o = the 8 positions rank o sums), so each block is one contiguous bulk copy.
+// Byte offsets of the dynamic shared memory of one CTA.
 struct SharedLayout {
-  int kv, outgoing, received, sums, scores, prob, row_max, row_sum, row_alpha, barriers, rows, total;
+  int kv, received, scores, prob, row_max, row_sum, row_alpha, barriers, rows, total;
   __host__ __device__ SharedLayout(int head_tiles, int positions_per_split) {
     const int heads = kHeadTileRows * head_tiles;
-    const int tile = kClusterSize * heads * kColsPerOwner * 4;       // one chunk's score tile, bytes
     kv = 0;                                                          // [kStages][kChunk][kRowElems] bf16
-    outgoing = kv + kStages * kChunk * kRowElems * 2;                // [2][owner][heads][8] my partials
-    received = outgoing + 2 * tile;                                  // [2][source][heads][8] partials for me
-    sums = received + 2 * tile;                                      // [2][heads][8] my sums
-    scores = sums + 2 * tile / kClusterSize;                         // [2][owner][heads][8] full scores
-    prob = scores + 2 * tile;                                        // [heads][kProbStride] bf16
+    received = kv + kStages * kChunk * kRowElems * 2;  // [kExchangeBuffers][kClusterSize][heads][8] fp32
+    scores = received + kExchangeBuffers * kClusterSize * heads * kColsPerOwner * 4;  // [..][heads][kScoreStride]
+    prob = scores + kExchangeBuffers * heads * kScoreStride * 4;     // [heads][kProbStride] bf16
     row_max = prob + heads * kProbStride * 2;                        // [heads] fp32 each
     row_sum = row_max + heads * 4;
     row_alpha = row_sum + heads * 4;
-    barriers = (row_alpha + heads * 4 + 7) / 8 * 8;                  // 4 mbarriers (received[2], scores[2])
-    rows = barriers + 4 * 8;                                         // [positions_per_split] int32
+    barriers = (row_alpha + heads * 4 + 7) / 8 * 8;  // mbarriers: received[kExchangeBuffers], scores[...]
+    rows = barriers + 2 * kExchangeBuffers * 8;                      // [positions_per_split] int32
     total = rows + positions_per_split * 4;
   }
 };
@@ -147,7 +147,7 @@ __device__ __forceinline__ void barrier_init(uint32_t barrier) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier));
 }
 
-// The one local arrival of a phase, which also expects `bytes` from bulk copies (possibly already there).
+// The one local arrival of a phase, which also expects `bytes` from st.async (possibly already there).
 __device__ __forceinline__ void barrier_expect(uint32_t barrier, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
@@ -161,17 +161,13 @@ __device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) 
       : "memory");
 }
 
-// Copies `bytes` (a multiple of 16) of this CTA's shared memory to shared memory of another CTA of
-// the cluster; the bytes complete that CTA's mbarrier transaction count.
-__device__ __forceinline__ void send_bulk(uint32_t remote, uint32_t local, uint32_t bytes, uint32_t remote_barrier) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+// Stores 16 bytes into another CTA's shared memory; they complete that CTA's mbarrier transaction count.
+__device__ __forceinline__ void push4(uint32_t remote, float4 v, uint32_t remote_barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
                    remote),
-               "r"(local), "r"(bytes), "r"(remote_barrier)
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(remote_barrier)
                : "memory");
 }
-
-// Makes this thread's ordinary shared-memory writes visible to bulk copies issued after a barrier.
-__device__ __forceinline__ void fence_for_bulk_copy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 template <int kHeadTiles>
 __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
@@ -180,9 +176,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   const SharedLayout layout(kHeadTiles, p.positions_per_split);
   auto* kv_stages = reinterpret_cast<__nv_bfloat16*>(smem + layout.kv);
-  auto* outgoing = reinterpret_cast<float*>(smem + layout.outgoing);  // my partial scores, by owner
   auto* received = reinterpret_cast<float*>(smem + layout.received);  // partial scores of my 8 positions
-  auto* sums = reinterpret_cast<float*>(smem + layout.sums);          // their sums
   auto* scores = reinterpret_cast<float*>(smem + layout.scores);      // full scores of the chunk
   auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);
   auto* row_max = reinterpret_cast<float*>(smem + layout.row_max);  // running max, base 2
@@ -190,7 +184,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   auto* row_alpha = reinterpret_cast<float*>(smem + layout.row_alpha);  // this chunk's rescale
   auto* rows = reinterpret_cast<int*>(smem + layout.rows);  // [positions_per_split] global slot, -1 = masked
   const uint32_t received_barrier = shared_address(smem + layout.barriers);  // + 8 * buffer
-  const uint32_t scores_barrier = received_barrier + 16;                    // + 8 * buffer
+  const uint32_t scores_barrier = received_barrier + 8 * kExchangeBuffers;  // + 8 * buffer
   __shared__ int arrived_last;
 
   cg::cluster_group cluster = cg::this_cluster();
@@ -203,7 +197,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
 
   if (tid == 0) {
-    for (int b = 0; b < 4; ++b) barrier_init(received_barrier + 8 * b);
+    for (int b = 0; b < 2 * kExchangeBuffers; ++b) barrier_init(received_barrier + 8 * b);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
 
@@ -266,7 +260,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     row_max[h] = kNegInf;
     row_sum[h] = 0.f;
   }
-  cluster.sync();  // rows[] complete; every rank's mbarriers initialized before anyone sends to them
+  cluster.sync();  // rows[] complete; every rank's mbarriers initialized before anyone pushes to them
 
   // 3. Gather ring: chunk c's 64 rows (this rank's 144 bytes of each) into stage c % kStages.
   const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
@@ -286,12 +280,10 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   };
 
   // 4. Partial scores of chunk c over this rank's columns (warp w: positions [16 w, 16 w + 16)),
-  //    sent to the rank that owns each 8 positions: received[c % 2][my rank] of rank (2 w + nt).
-  constexpr uint32_t kBlockBytes = kHeads * kColsPerOwner * 4;  // one owner's block of a score tile
-  constexpr uint32_t kExchangeBytes = kClusterSize * kBlockBytes;  // a barrier phase: 8 blocks
-  auto score_and_send = [&](int chunk) {
+  //    pushed to the rank that owns each 8 positions: received[c % 2][my rank] of rank (2 w + nt).
+  auto score_and_push = [&](int chunk) {
     const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
-    const int buffer = chunk & 1;
+    const int buffer = chunk % kExchangeBuffers;
     float score[kHeadTiles][2][4];
 #pragma unroll
     for (int mt = 0; mt < kHeadTiles; ++mt)
@@ -313,35 +305,35 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
       for (int mt = 0; mt < kHeadTiles; ++mt)
         mma_m16n8k8(score[mt][nt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
     }
-    float* tile = outgoing + buffer * kClusterSize * kHeads * kColsPerOwner;
+    // Lanes quad and quad ^ 1 hold columns 2 quad.. of rows g and g + 8: the even lane pushes 4
+    // columns of row g, the odd lane 4 columns of row g + 8, one 16-byte store each.
+    const float* mine = received + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
+    const bool even = (quad & 1) == 0;
+    const int col = 2 * (quad & ~1);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      float* block = tile + (warp * 2 + nt) * kHeads * kColsPerOwner;  // owner 2 w + nt
+      const int owner = warp * 2 + nt;
+      const uint32_t barrier = in_rank(received_barrier + 8 * buffer, owner);
 #pragma unroll
       for (int mt = 0; mt < kHeadTiles; ++mt) {
-        const int row = mt * kHeadTileRows + group;
-        *reinterpret_cast<float2*>(block + row * kColsPerOwner + 2 * quad) = make_float2(score[mt][nt][0], score[mt][nt][1]);
-        *reinterpret_cast<float2*>(block + (row + 8) * kColsPerOwner + 2 * quad) =
-            make_float2(score[mt][nt][2], score[mt][nt][3]);
+        const float* c = score[mt][nt];
+        const float x0 = __shfl_xor_sync(0xffffffffu, c[0], 1), x1 = __shfl_xor_sync(0xffffffffu, c[1], 1);
+        const float x2 = __shfl_xor_sync(0xffffffffu, c[2], 1), x3 = __shfl_xor_sync(0xffffffffu, c[3], 1);
+        const int row = mt * kHeadTileRows + group + (even ? 0 : 8);
+        const float4 v = even ? make_float4(c[0], c[1], x0, x1) : make_float4(x2, x3, c[2], c[3]);
+        push4(in_rank(shared_address(mine + row * kColsPerOwner + col), owner), v, barrier);
       }
-    }
-    fence_for_bulk_copy();
-    __syncthreads();
-    if (tid < kClusterSize) {  // thread o sends block o to rank o, into its received[buffer][my rank]
-      const float* mine = received + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
-      send_bulk(in_rank(shared_address(mine), tid), shared_address(tile + tid * kHeads * kColsPerOwner),
-                kBlockBytes, in_rank(received_barrier + 8 * buffer, tid));
     }
   };
 
-  // 5. Owner of 8 positions: wait for the 8 partials of chunk c, add them in rank order, send the sums
-  //    to scores[c % 2][my rank] of every rank.
+  // 5. Owner of 8 positions: wait for the 8 partials of chunk c, add them in rank order, push the sums
+  //    to scores[c % 2] of every rank.
+  constexpr uint32_t kExchangeBytes = kClusterSize * kHeads * kColsPerOwner * 4;  // per buffer, either way
   auto reduce_and_broadcast = [&](int chunk) {
-    const int buffer = chunk & 1;
+    const int buffer = chunk % kExchangeBuffers;
     if (tid == 0) barrier_expect(received_barrier + 8 * buffer, kExchangeBytes);
-    barrier_wait(received_barrier + 8 * buffer, (chunk >> 1) & 1);
+    barrier_wait(received_barrier + 8 * buffer, (chunk / kExchangeBuffers) & 1);
     const float* partials = received + buffer * kClusterSize * kHeads * kColsPerOwner;
-    float* sum_block = sums + buffer * kHeads * kColsPerOwner;
     for (int v = tid; v < kHeads * kColsPerOwner / 4; v += kThreads) {
       float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -352,14 +344,11 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
         sum.z += x.z;
         sum.w += x.w;
       }
-      reinterpret_cast<float4*>(sum_block)[v] = sum;
-    }
-    fence_for_bulk_copy();
-    __syncthreads();
-    if (tid < kClusterSize) {
-      const float* mine = scores + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
-      send_bulk(in_rank(shared_address(mine), tid), shared_address(sum_block), kBlockBytes,
-                in_rank(scores_barrier + 8 * buffer, tid));
+      const int row = v / (kColsPerOwner / 4), col = rank * kColsPerOwner + (v % (kColsPerOwner / 4)) * 4;
+      const uint32_t local = shared_address(scores + (buffer * kHeads + row) * kScoreStride + col);
+#pragma unroll
+      for (int q = 0; q < kClusterSize; ++q)
+        push4(in_rank(local, q), sum, in_rank(scores_barrier + 8 * buffer, q));
     }
   };
 
@@ -372,6 +361,13 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) out_acc[mt][nt][i] = 0.f;
 
+  // Pipeline. Iteration c: gather chunk c + kStages - 1; sum chunk c + 1 (its partials were pushed
+  // one iteration earlier); push the partial scores of chunk c + kLookahead; wait for the sums of
+  // chunk c, then softmax and P . V of chunk c. Buffer b = c % kExchangeBuffers of either kind is
+  // written again only for chunk c + kExchangeBuffers, whose partials a rank pushes in iteration
+  // c + 1 or later, i.e. after it received the sums of chunk c -- which every owner sent after
+  // reading its received[b] -- and after it read its own scores[b]. The same order proves that an
+  // mbarrier phase has completed before bytes of its next phase arrive.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_chunks) issue_chunk(s);
@@ -379,7 +375,14 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   }
   cp_async_wait<kStages - 2>();  // chunk 0 has landed
   __syncthreads();
-  score_and_send(0);
+  score_and_push(0);
+  if (1 < num_chunks) {
+    cp_async_wait<kStages - 3>();  // chunk 1 has landed
+    __syncthreads();
+    score_and_push(1);
+  }
+  reduce_and_broadcast(0);
+  static_assert(kLookahead == 2, "the prologue pushes chunks 0 and 1");
 
   constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
   constexpr int kColsPerThread = kChunk / kThreadsPerRow;
@@ -389,16 +392,16 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     // Stage (chunk - 1) % kStages is free: chunk - 1 was consumed before the last barrier.
     if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);
     cp_async_commit();
-    reduce_and_broadcast(chunk);
-    if (chunk + 1 < num_chunks) {  // overlap the exchange of this chunk with the next chunk's scores
-      cp_async_wait<kStages - 2>();
+    if (chunk + 1 < num_chunks) reduce_and_broadcast(chunk + 1);
+    if (chunk + kLookahead < num_chunks) {
+      cp_async_wait<kStages - 1 - kLookahead>();  // chunk + kLookahead has landed
       __syncthreads();
-      score_and_send(chunk + 1);
+      score_and_push(chunk + kLookahead);
     }
-    const int buffer = chunk & 1;
+    const int buffer = chunk % kExchangeBuffers;
     if (tid == 0) barrier_expect(scores_barrier + 8 * buffer, kExchangeBytes);
-    barrier_wait(scores_barrier + 8 * buffer, (chunk >> 1) & 1);
-    const float* score_full = scores + buffer * kClusterSize * kHeads * kColsPerOwner;  // [owner][head][8]
+    barrier_wait(scores_barrier + 8 * buffer, (chunk / kExchangeBuffers) & 1);
+    const float* score_full = scores + buffer * kHeads * kScoreStride;
 
     // 6. Online softmax (base 2), identical in every rank; probabilities to shared memory as bf16.
     {
@@ -408,8 +411,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < kColsPerThread; ++i) {
         const int col = col0 + i;
-        const float score = score_full[((col / kColsPerOwner) * kHeads + h) * kColsPerOwner + col % kColsPerOwner];
-        x[i] = rows[chunk * kChunk + col] >= 0 ? score * p.scale_log2 : kNegInf;
+        x[i] = rows[chunk * kChunk + col] >= 0 ? score_full[h * kScoreStride + col] * p.scale_log2 : kNegInf;
         chunk_max = fmaxf(chunk_max, x[i]);
       }
 #pragma unroll
