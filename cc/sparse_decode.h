@@ -56,7 +56,13 @@ struct SparseDecodeParams {
   int num_splits;       // position splits per token
   int positions_per_split;  // multiple of kChunk; splits past topk see only invalid entries
   float scale_log2;     // softmax_scale * log2(e)
+  int ablate;           // 0 in production; tools/bench.py --decode_ablate leaves stages out (kAblate*)
 };
+
+// Stages the benchmark can leave out to see what they cost (results are wrong then).
+constexpr int kAblateExchange = 1;  // no score exchange: each CTA uses its own partial scores
+constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in shared memory
+constexpr int kAblateMerge = 4;     // no split merge: the last CTA only resets its counter
 
 // Shared memory one CTA needs for these parameters, in bytes.
 int shared_memory_bytes(int head_tiles, int positions_per_split);

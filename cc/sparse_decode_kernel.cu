@@ -275,7 +275,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
               static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride +
               (part < 8 ? rank * kColsPerRank + part * 8 : kKvLoraRank + rank * kRopePerRank);
       }
-      cp_async_16(stage + r * kRowElems + part * 8, src, row >= 0);
+      if (!(p.ablate & kAblateGather)) cp_async_16(stage + r * kRowElems + part * 8, src, row >= 0);
     }
   };
 
@@ -307,6 +307,19 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     }
     // Lanes quad and quad ^ 1 hold columns 2 quad.. of rows g and g + 8: the even lane pushes 4
     // columns of row g, the odd lane 4 columns of row g + 8, one 16-byte store each.
+    if (p.ablate & kAblateExchange) {  // own partial scores as the full scores, no exchange
+#pragma unroll
+      for (int mt = 0; mt < kHeadTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int row = mt * kHeadTileRows + group, col = warp * 16 + nt * 8 + 2 * quad;
+          float* tile = scores + buffer * kHeads * kScoreStride;
+          *reinterpret_cast<float2*>(tile + row * kScoreStride + col) = make_float2(score[mt][nt][0], score[mt][nt][1]);
+          *reinterpret_cast<float2*>(tile + (row + 8) * kScoreStride + col) =
+              make_float2(score[mt][nt][2], score[mt][nt][3]);
+        }
+      return;
+    }
     const float* mine = received + (buffer * kClusterSize + rank) * kHeads * kColsPerOwner;
     const bool even = (quad & 1) == 0;
     const int col = 2 * (quad & ~1);
@@ -330,6 +343,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   //    to scores[c % 2] of every rank.
   constexpr uint32_t kExchangeBytes = kClusterSize * kHeads * kColsPerOwner * 4;  // per buffer, either way
   auto reduce_and_broadcast = [&](int chunk) {
+    if (p.ablate & kAblateExchange) return;
     const int buffer = chunk % kExchangeBuffers;
     if (tid == 0) barrier_expect(received_barrier + 8 * buffer, kExchangeBytes);
     barrier_wait(received_barrier + 8 * buffer, (chunk / kExchangeBuffers) & 1);
@@ -399,8 +413,12 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
       score_and_push(chunk + kLookahead);
     }
     const int buffer = chunk % kExchangeBuffers;
-    if (tid == 0) barrier_expect(scores_barrier + 8 * buffer, kExchangeBytes);
-    barrier_wait(scores_barrier + 8 * buffer, (chunk / kExchangeBuffers) & 1);
+    if (p.ablate & kAblateExchange) {
+      __syncthreads();
+    } else {
+      if (tid == 0) barrier_expect(scores_barrier + 8 * buffer, kExchangeBytes);
+      barrier_wait(scores_barrier + 8 * buffer, (chunk / kExchangeBuffers) & 1);
+    }
     const float* score_full = scores + buffer * kHeads * kScoreStride;
 
     // 6. Online softmax (base 2), identical in every rank; probabilities to shared memory as bf16.
@@ -523,7 +541,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     if (arrived_last) *counter = 0;  // every split has arrived: ready for the next launch
   }
   __syncthreads();
-  if (!arrived_last) return;
+  if (!arrived_last || (p.ablate & kAblateMerge)) return;
   __threadfence();
 
   // Merge (last CTA of this rank's columns): weights 2^(lse_s - max) per head, in shared memory.

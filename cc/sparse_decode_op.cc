@@ -62,7 +62,8 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
          const at::Tensor& topk_indices, const at::Tensor& req_id, const at::Tensor& token_kv_len,
          const at::Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t num_splits,
          int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
-         const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters) {
+         const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters,
+         int64_t ablate) {
   TORCH_CHECK_VALUE(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got device ",
                     q_nope.device());
   const at::Device device = q_nope.device();
@@ -153,6 +154,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.num_splits = static_cast<int>(num_splits);
   p.positions_per_split = static_cast<int>(positions_per_split);
   p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // log2(e)
+  p.ablate = static_cast<int>(ablate);
   const cudaError_t error = launch_sparse_decode(p, c10::cuda::getCurrentCUDAStream(device.index()).stream());
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
 }
@@ -166,7 +168,7 @@ TORCH_LIBRARY(sparse_mla_decode, m) {
       "fwd(Tensor q_nope, Tensor q_rope, Tensor kv_cache, Tensor topk_indices, Tensor req_id, "
       "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
-      "Tensor(d!)? partial_lse, Tensor(e!)? counters) -> ()");
+      "Tensor(d!)? partial_lse, Tensor(e!)? counters, int ablate=0) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla_decode, CUDA, m) { m.impl("fwd", TORCH_FN(sparse_mla::decode::fwd)); }

@@ -183,6 +183,7 @@ def sparse_mla_decode(
     workspace: Optional[DecodeWorkspace],
     out: torch.Tensor,
     lse: Optional[torch.Tensor] = None,
+    _ablate: int = 0,
 ) -> torch.Tensor:
     """Sparse MLA attention of request-local top-k positions, one launch, written into ``out``.
 
@@ -211,6 +212,10 @@ def sparse_mla_decode(
         `[T, N, 512]` bf16, written; zero for a token without valid positions.
     lse : torch.Tensor, optional
         `[T, N]` fp32 contiguous: natural-log LSE of the scaled scores, ``-inf`` without valid positions.
+    _ablate : int
+        Benchmark only (``tools/bench.py --decode_ablate``): a mask of stages left out
+        (1 score exchange, 2 cache gather, 4 split merge; ``kAblate*`` in cc/sparse_decode.h). The
+        output is wrong with any of them.
 
     Returns
     -------
@@ -240,5 +245,6 @@ def sparse_mla_decode(
         q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
         launch.head_tiles, launch.num_splits, launch.positions_per_split, out, lse,
         split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
+        _ablate,
     )
     return out
