@@ -47,11 +47,12 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 128;                       // 4 warps
+constexpr int kThreads = 256;                       // 8 warps
 constexpr int kWarps = kThreads / 32;
+constexpr int kWarpTiles = 64 / (8 * kWarps);       // 8-wide position / column tiles per warp
 constexpr int kLookahead = 2;                       // scores of chunk c + 2 are pushed while c finishes
 constexpr int kExchangeBuffers = kLookahead + 1;    // score exchanges in flight
-constexpr int kStages = 6;                          // gathered chunks held per CTA (kLookahead + 1 in use)
+constexpr int kStages = 4;                          // gathered chunks held per CTA (kLookahead + 1 in use)
 constexpr int kColsPerRank = kKvLoraRank / kClusterSize;   // 64 c_kv columns
 constexpr int kRopePerRank = kRopeDim / kClusterSize;      // 8 k_rope columns
 constexpr int kRowElems = kColsPerRank + kRopePerRank;     // 72 bf16 = 144 B per gathered row
@@ -62,8 +63,8 @@ constexpr float kNegInf = -INFINITY;
 constexpr float kLn2 = 0.69314718055994530942f;
 
 static_assert(kColsPerRank == 64 && kRopePerRank == 8, "fragment code assumes 64 + 8 columns per rank");
-static_assert(kChunk == 16 * kWarps, "each warp owns 16 positions of a chunk in the score product");
-static_assert(kColsPerRank == 16 * kWarps, "each warp owns 16 output columns in the value product");
+static_assert(kChunk == 8 * kWarpTiles * kWarps, "each warp owns 8 * kWarpTiles positions of a chunk (scores)");
+static_assert(kColsPerRank == 8 * kWarpTiles * kWarps, "each warp owns 8 * kWarpTiles output columns (values)");
 
 constexpr int kColsPerOwner = kChunk / kClusterSize;  // 8 positions of a chunk summed by each rank
 
@@ -115,12 +116,10 @@ __device__ __forceinline__ void mma_m16n8k8(float (&d)[4], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
-// Four transposed 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+// Two transposed 8x8 bf16 matrices; lane l < 16 gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* smem) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
 __device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* row, int col, bool valid) {
@@ -280,20 +279,20 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   };
 
   // 4. Partial scores of chunk c over this rank's columns (warp w: positions [16 w, 16 w + 16)),
-  //    pushed to the rank that owns each 8 positions: received[c % 2][my rank] of rank (2 w + nt).
+  //    pushed to the rank that owns each 8 positions: received[c % 3][my rank] of rank (w * kWarpTiles + nt).
   auto score_and_push = [&](int chunk) {
     const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
     const int buffer = chunk % kExchangeBuffers;
-    float score[kHeadTiles][2][4];
+    float score[kHeadTiles][kWarpTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kHeadTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < kWarpTiles; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) score[mt][nt][i] = 0.f;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const auto* k_row = reinterpret_cast<const uint32_t*>(kv + (warp * 16 + nt * 8 + group) * kRowElems);
+    for (int nt = 0; nt < kWarpTiles; ++nt) {
+      const auto* k_row = reinterpret_cast<const uint32_t*>(kv + (warp * 8 * kWarpTiles + nt * 8 + group) * kRowElems);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const uint32_t b0 = k_row[ks * 8 + quad], b1 = k_row[ks * 8 + 4 + quad];
@@ -311,8 +310,8 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
 #pragma unroll
       for (int mt = 0; mt < kHeadTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int row = mt * kHeadTileRows + group, col = warp * 16 + nt * 8 + 2 * quad;
+        for (int nt = 0; nt < kWarpTiles; ++nt) {
+          const int row = mt * kHeadTileRows + group, col = warp * 8 * kWarpTiles + nt * 8 + 2 * quad;
           float* tile = scores + buffer * kHeads * kScoreStride;
           *reinterpret_cast<float2*>(tile + row * kScoreStride + col) = make_float2(score[mt][nt][0], score[mt][nt][1]);
           *reinterpret_cast<float2*>(tile + (row + 8) * kScoreStride + col) =
@@ -324,8 +323,8 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     const bool even = (quad & 1) == 0;
     const int col = 2 * (quad & ~1);
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int owner = warp * 2 + nt;
+    for (int nt = 0; nt < kWarpTiles; ++nt) {
+      const int owner = warp * kWarpTiles + nt;
       const uint32_t barrier = in_rank(received_barrier + 8 * buffer, owner);
 #pragma unroll
       for (int mt = 0; mt < kHeadTiles; ++mt) {
@@ -367,11 +366,11 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   };
 
   const int num_chunks = p.positions_per_split / kChunk;
-  float out_acc[kHeadTiles][2][4];
+  float out_acc[kHeadTiles][kWarpTiles][4];
 #pragma unroll
   for (int mt = 0; mt < kHeadTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < kWarpTiles; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) out_acc[mt][nt][i] = 0.f;
 
@@ -464,7 +463,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     for (int mt = 0; mt < kHeadTiles; ++mt) {
       const float a0 = row_alpha[mt * kHeadTileRows + group], a1 = row_alpha[mt * kHeadTileRows + group + 8];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < kWarpTiles; ++nt) {
         out_acc[mt][nt][0] *= a0;
         out_acc[mt][nt][1] *= a0;
         out_acc[mt][nt][2] *= a1;
@@ -473,16 +472,18 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int ks = 0; ks < kChunk / 16; ++ks) {
-      uint32_t v_frag[4];
-      ldmatrix_x4_trans(v_frag, kv + (ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowElems + warp * 16 +
-                                    (lane >> 4) * 8);
+      const int position = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);  // lanes 0..15 address rows
 #pragma unroll
-      for (int mt = 0; mt < kHeadTiles; ++mt) {
-        const auto* p0 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group) * kProbStride);
-        const auto* p1 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group + 8) * kProbStride);
-        const uint32_t a[4] = {p0[ks * 8 + quad], p1[ks * 8 + quad], p0[ks * 8 + 4 + quad], p1[ks * 8 + 4 + quad]};
-        mma_m16n8k16(out_acc[mt][0], a, v_frag[0], v_frag[1]);
-        mma_m16n8k16(out_acc[mt][1], a, v_frag[2], v_frag[3]);
+      for (int nt = 0; nt < kWarpTiles; ++nt) {
+        uint32_t v_frag[2];
+        ldmatrix_x2_trans(v_frag, kv + position * kRowElems + warp * 8 * kWarpTiles + nt * 8);
+#pragma unroll
+        for (int mt = 0; mt < kHeadTiles; ++mt) {
+          const auto* p0 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group) * kProbStride);
+          const auto* p1 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group + 8) * kProbStride);
+          const uint32_t a[4] = {p0[ks * 8 + quad], p1[ks * 8 + quad], p0[ks * 8 + 4 + quad], p1[ks * 8 + 4 + quad]};
+          mma_m16n8k16(out_acc[mt][nt], a, v_frag[0], v_frag[1]);
+        }
       }
     }
     __syncthreads();  // this stage and the probabilities may be overwritten
@@ -490,7 +491,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   cp_async_wait<0>();
 
   // 8. Normalize; write the output (one split) or this split's partial and merge if last.
-  const int col_base = rank * kColsPerRank + warp * 16;
+  const int col_base = rank * kColsPerRank + warp * 8 * kWarpTiles;
   if (p.num_splits == 1) {
 #pragma unroll
     for (int mt = 0; mt < kHeadTiles; ++mt)
@@ -502,7 +503,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
         auto* out_row = static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
                         (head_base + h) * p.out_head_stride + col_base;
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < kWarpTiles; ++nt)
           *reinterpret_cast<uint32_t*>(out_row + nt * 8 + 2 * quad) =
               pack_bf16(out_acc[mt][nt][2 * half] * inv, out_acc[mt][nt][2 * half + 1] * inv);
       }
@@ -524,7 +525,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
       const int h = mt * kHeadTileRows + group + half * 8;
       const float l = row_sum[h], inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < kWarpTiles; ++nt)
         __stcg(reinterpret_cast<float2*>(partial_out + h * kKvLoraRank + col_base + nt * 8 + 2 * quad),
                make_float2(out_acc[mt][nt][2 * half] * inv, out_acc[mt][nt][2 * half + 1] * inv));
     }
@@ -544,18 +545,23 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   if (!arrived_last || (p.ablate & kAblateMerge)) return;
   __threadfence();
 
-  // Merge (last CTA of this rank's columns): weights 2^(lse_s - max) per head, in shared memory.
+  // Merge (last CTA of this rank's columns). All split LSEs are loaded at once, then turned into
+  // weights 2^(lse_s - max) per head; each output float4 reads its splits kMergeUnroll at a time.
+  constexpr int kMergeUnroll = 8;
   float* weight = received;            // [num_splits][kHeads] (the exchange buffers are idle now)
   float* scale = scores;               // [kHeads] 1 / sum of weights
   float* merged_lse = scores + kHeads;  // [kHeads] base 2
   const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
+  for (int i = tid; i < p.num_splits * kHeads; i += kThreads)
+    weight[i] = __ldcg(lse_base + (i / kHeads) * kClusterSize * kHeads + i % kHeads);
+  __syncthreads();
   for (int h = tid; h < kHeads; h += kThreads) {
     float max_lse = kNegInf;
-    for (int s = 0; s < p.num_splits; ++s) max_lse = fmaxf(max_lse, __ldcg(lse_base + s * kClusterSize * kHeads + h));
+    for (int s = 0; s < p.num_splits; ++s) max_lse = fmaxf(max_lse, weight[s * kHeads + h]);
     const float base = max_lse == kNegInf ? 0.f : max_lse;
     float total = 0.f;
     for (int s = 0; s < p.num_splits; ++s) {
-      const float w = exp2f(__ldcg(lse_base + s * kClusterSize * kHeads + h) - base);
+      const float w = exp2f(weight[s * kHeads + h] - base);
       weight[s * kHeads + h] = w;
       total += w;
     }
@@ -568,13 +574,21 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     const int h = v / (kColsPerRank / 4), col = rank * kColsPerRank + (v % (kColsPerRank / 4)) * 4;
     if (head_base + h >= p.num_heads) continue;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float w = weight[s * kHeads + h];
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(partial_group + (s * kHeads + h) * kKvLoraRank + col));
-      acc.x += w * x.x;
-      acc.y += w * x.y;
-      acc.z += w * x.z;
-      acc.w += w * x.w;
+    for (int s0 = 0; s0 < p.num_splits; s0 += kMergeUnroll) {
+      float4 x[kMergeUnroll];
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u)
+        x[u] = s0 + u < p.num_splits
+                   ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) {
+        const float w = s0 + u < p.num_splits ? weight[(s0 + u) * kHeads + h] : 0.f;
+        acc.x += w * x[u].x;
+        acc.y += w * x[u].y;
+        acc.z += w * x[u].z;
+        acc.w += w * x[u].w;
+      }
     }
     const float inv = scale[h];
     auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
