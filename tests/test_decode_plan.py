@@ -15,12 +15,16 @@ H200_SMS = 132
         (1, 16, 1, 1, 16, 128),  # 128 CTAs: one per SM
         (1, 1, 1, 1, 16, 128),
         (2, 16, 1, 1, 8, 256),
-        (8, 16, 1, 1, 2, 1024),
-        (16, 16, 1, 1, 1, 2048),
+        (4, 16, 1, 1, 8, 256),  # from T * head_groups = 3 on: two CTAs per SM
+        (8, 16, 1, 1, 4, 512),
+        (16, 16, 1, 1, 2, 1024),
+        (33, 16, 1, 1, 1, 2048),
         (1, 32, 2, 1, 16, 128),
         (1, 64, 4, 1, 16, 128),
         (1, 128, 4, 2, 8, 256),
-        (8, 128, 4, 2, 1, 2048),
+        (2, 128, 4, 2, 8, 256),
+        (8, 128, 4, 2, 2, 1024),
+        (17, 128, 4, 2, 1, 2048),
         (1, 100, 4, 2, 8, 256),
         (1024, 128, 4, 2, 1, 2048),
     ],
@@ -30,14 +34,14 @@ def test_plan_on_h200(num_tokens, num_heads, head_tiles, head_groups, num_splits
     assert (launch.head_tiles, launch.head_groups, launch.num_splits, launch.positions_per_split) == (
         head_tiles, head_groups, num_splits, positions)
     assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
-    assert launch.num_ctas <= max(H200_SMS, decode.CLUSTER_SIZE * num_tokens * head_groups)
+    assert launch.num_ctas <= max(2 * H200_SMS, decode.CLUSTER_SIZE * num_tokens * head_groups)
     assert launch.heads_per_cta * launch.head_groups >= num_heads
 
 
 def test_plan_drops_empty_splits_and_rounds_to_chunks():
-    launch = decode.plan(1, 16, 48, topk=2048)  # 6 splits asked: 2048 / 6 -> 384 per split -> 6 splits
+    launch = decode.plan(1, 16, 48, topk=2048, ctas_per_sm=1)  # 6 splits asked: 2048 / 6 -> 384 per split -> 6
     assert (launch.num_splits, launch.positions_per_split) == (6, 384)
-    launch = decode.plan(1, 16, H200_SMS, topk=100)  # 2 chunks at most
+    launch = decode.plan(1, 16, H200_SMS, topk=100, ctas_per_sm=1)  # 2 chunks at most
     assert (launch.num_splits, launch.positions_per_split) == (2, 64)
     assert decode.plan(1, 16, H200_SMS, ctas_per_sm=2).num_splits == 32
 
@@ -51,7 +55,7 @@ def test_workspace_covers_every_planned_token_count():
         assert ws.counters.numel() >= launch.counters_numel
     assert ws.partial_out.dtype == torch.float32 and ws.counters.dtype == torch.int32
     assert torch.count_nonzero(ws.counters) == 0
-    unsplit = decode.plan(16, 16, H200_SMS)
+    unsplit = decode.plan(33, 16, H200_SMS)
     assert unsplit.num_splits == 1 and unsplit.partial_out_numel == 0 and unsplit.counters_numel == 0
 
 

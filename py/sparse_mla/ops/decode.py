@@ -83,15 +83,19 @@ class DecodePlan:
         return 0 if self.num_splits == 1 else self.num_tokens * self.head_groups * CLUSTER_SIZE
 
 
-def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, ctas_per_sm: int = 1) -> DecodePlan:
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, ctas_per_sm: Optional[int] = None) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA: 16 for ``N <= 16``, 32 for ``N <= 32``, else 64 (``ceil(N / 64)`` head groups).
     Clusters without splitting: ``T * head_groups``, each of 8 CTAs; splits
     ``s = floor(num_sms * ctas_per_sm / (8 * T * head_groups))``, clamped to ``[1, min(64, topk / 64)]``,
     then positions per split ``ceil(topk / s)`` rounded up to 64 (and ``s`` reduced to the splits
-    that still hold positions). Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 16 splits of
-    128 positions (128 CTAs), T = 8 → 2 splits, T = 16 → 1.
+    that still hold positions). ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2
+    above: measured on the H200 (results/2026-11-30-h200/decode_ctas_per_sm.csv), one CTA per SM is
+    faster at N = 16..128 for T = 1 (11.7 vs 13.2 µs at N = 16) and two from T = 4 on (19.4 vs 22.7 µs
+    at N = 16, T = 4; 47.5 vs 65.1 at T = 16), where fewer positions per CTA shorten its chunk loop
+    more than the larger merge costs. Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 16 splits
+    of 128 positions (128 CTAs), T = 8 → 4 splits, T = 16 → 2.
 
     Raises
     ------
@@ -100,11 +104,13 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, 
     """
     if not 1 <= num_heads <= 128:
         raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
-    for name, value in (("num_tokens", num_tokens), ("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm)):
+    for name, value in (("num_tokens", num_tokens), ("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
     head_tiles = 1 if num_heads <= 16 else 2 if num_heads <= 32 else 4
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
+    if ctas_per_sm is None:
+        ctas_per_sm = 1 if num_tokens * head_groups <= 2 else 2
     chunks = -(-topk // CHUNK)
     splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * num_tokens * head_groups)
     splits = max(1, min(splits, MAX_SPLITS, chunks))
@@ -145,14 +151,15 @@ class DecodeWorkspace:
 
     @classmethod
     def for_max_tokens(
-        cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK, ctas_per_sm: int = 1
+        cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
+        ctas_per_sm: Optional[int] = None,
     ) -> "DecodeWorkspace":
         """Buffers for every token count ``1..max_tokens`` of :func:`plan` (only small counts split)."""
         plans = []
         for t in range(1, max_tokens + 1):
             plans.append(plan(t, num_heads, num_sms, topk, ctas_per_sm))
-            if plans[-1].num_splits == 1:
-                break  # more tokens never split again
+            if plans[-1].num_splits == 1 and t > 2:
+                break  # more tokens never split again (the default CTAs per SM is fixed from T = 3 on)
         return cls.for_plans(plans, device)
 
 
