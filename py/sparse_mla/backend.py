@@ -393,8 +393,9 @@ class SparseMLAMetadataBuilder:
             torch.searchsorted(ends, step.tokens, right=True, out_int32=True, out=step.req_id)
             # Causal length seq_lens[r] - ends[r] + t + 1, through a per-request offset with one more
             # entry for the padding "request" R whose offset keeps every length negative, then clamped.
-            offsets = torch.cat((seq_lens - ends, self._padding_offset))  # [R + 1]
-            torch.add(offsets[step.req_id], step.tokens_plus_one, out=step.token_kv_len).clamp_(min=0)
+            offsets = torch.cat((torch.sub(seq_lens, ends), self._padding_offset))  # [R + 1]
+            torch.add(torch.index_select(offsets, 0, step.req_id), step.tokens_plus_one, out=step.token_kv_len)
+            step.token_kv_len.clamp_(min=0)
             step.req_id.remainder_(num_reqs)  # padding: R -> request 0
         torch.clamp(step.token_kv_len, 1, self.index_topk, out=step.kv_len_bound)
         if self._written_end > num_tokens:  # reset what a larger step left past this one
