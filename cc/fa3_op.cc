@@ -1,6 +1,7 @@
-// The torch op sparse_mla_fa3::fwd: FA3's forward (mha_fwd of sgl-attn hopper/flash_api.cpp) with its
-// full parameter list, registered for CUDA tensors. Load the shared library with
-// torch.ops.load_library (py/sparse_mla/ops/fa3.py does) and call torch.ops.sparse_mla_fa3.fwd.
+// The torch ops sparse_mla_fa3::fwd and sparse_mla_fa3::get_scheduler_metadata: FA3's forward and its
+// scheduler planning (mha_fwd and mha_fwd_get_scheduler_metadata of sgl-attn hopper/flash_api.cpp)
+// with their full parameter lists, registered for CUDA tensors. Load the shared library with
+// torch.ops.load_library (py/sparse_mla/ops/fa3.py does) and call torch.ops.sparse_mla_fa3.<name>.
 #include <torch/library.h>
 
 #include "cc/fa3_api.h"
@@ -41,6 +42,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fwd(
                  sm_margin, sinks_const);
 }
 
+// Adapts the dispatcher's argument types to mha_fwd_get_scheduler_metadata's (optionals by value).
+at::Tensor get_scheduler_metadata(
+    int64_t batch_size, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    int64_t num_heads, int64_t num_heads_k, int64_t headdim, int64_t headdim_v,
+    at::ScalarType qkv_dtype, const at::Tensor& seqused_k,
+    const OptionalTensor& cu_seqlens_q, const OptionalTensor& cu_seqlens_k,
+    const OptionalTensor& cu_seqlens_k_new,
+    const OptionalTensor& seqused_q, const OptionalTensor& leftpad_k,
+    std::optional<int64_t> page_size, int64_t max_seqlen_k_new, bool is_causal,
+    int64_t window_size_left, int64_t window_size_right, int64_t attention_chunk,
+    bool has_softcap, int64_t num_splits, std::optional<bool> pack_gqa, int64_t sm_margin) {
+  return mha_fwd_get_scheduler_metadata(
+      batch_size, max_seqlen_q, max_seqlen_k, num_heads, num_heads_k, headdim, headdim_v, qkv_dtype,
+      seqused_k, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new, seqused_q, leftpad_k, page_size,
+      max_seqlen_k_new, is_causal, window_size_left, window_size_right, attention_chunk, has_softcap,
+      num_splits, pack_gqa, sm_margin);
+}
+
 }  // namespace
 }  // namespace sparse_mla
 
@@ -55,8 +74,16 @@ TORCH_LIBRARY(sparse_mla_fa3, m) {
       "int window_size_right, int attention_chunk, float softcap, bool is_rotary_interleaved, "
       "Tensor? scheduler_metadata, int num_splits, bool? pack_gqa, int sm_margin, Tensor? sinks) "
       "-> (Tensor out, Tensor softmax_lse, Tensor out_accum, Tensor softmax_lse_accum)");
+  m.def(
+      "get_scheduler_metadata(int batch_size, int max_seqlen_q, int max_seqlen_k, int num_heads, "
+      "int num_heads_k, int headdim, int headdim_v, ScalarType qkv_dtype, Tensor seqused_k, "
+      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? cu_seqlens_k_new, Tensor? seqused_q, "
+      "Tensor? leftpad_k, int? page_size, int max_seqlen_k_new, bool is_causal, "
+      "int window_size_left, int window_size_right, int attention_chunk, bool has_softcap, "
+      "int num_splits, bool? pack_gqa, int sm_margin) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla_fa3, CUDA, m) {
   m.impl("fwd", TORCH_FN(sparse_mla::fwd));
+  m.impl("get_scheduler_metadata", TORCH_FN(sparse_mla::get_scheduler_metadata));
 }

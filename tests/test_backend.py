@@ -1,8 +1,10 @@
-"""Backend description, metadata builder, Impl argument checks and FA3 split choice (CPU).
+"""Backend description, metadata builder and its step plan, Impl argument checks and FA3 split choice (CPU).
 
 The builder is plain PyTorch and runs on the CPU here; the conversion test runs the Triton kernel in
 the interpreter (TRITON_INTERPRET=1).
 """
+
+import dataclasses
 
 import re
 from typing import List, Optional
@@ -10,15 +12,8 @@ from typing import List, Optional
 import pytest
 import torch
 
-from sparse_mla import routing, testing
-from sparse_mla.backend import (
-    FA3_ACCUM_BYTES_PER_ROW,
-    SparseMLABackend,
-    SparseMLAImpl,
-    SparseMLAMetadata,
-    SparseMLAMetadataBuilder,
-    fa3_num_splits,
-)
+from sparse_mla import device_info, routing, testing
+from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -28,13 +23,17 @@ from sparse_mla.constants import (
     KV_LORA_RANK,
     QK_ROPE_HEAD_DIM,
 )
+from sparse_mla.kernels.sparse_mla_attention import SplitWorkspace
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting
+from sparse_mla.ops import fa3
+from sparse_mla.routes import ROUTES, fa3_route
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference, topk_to_slots_reference
 
 CPU = torch.device("cpu")
 POISON = 0x7F7F7F7F
 MAX_TOKENS = 128
+NUM_HEADS = 16
 MAX_REL_ERR = 1e-2
 
 
@@ -81,9 +80,10 @@ def expected_per_token(seq_lens, query_lens, num_tokens, topk=INDEX_TOPK):
     return req_id, kv_len, [max(1, min(n, topk)) for n in kv_len]
 
 
-def poison(builder: SparseMLAMetadataBuilder) -> None:
-    for buf in (builder._req_id, builder._token_kv_len, builder._kv_len_bound, builder._cache_seqlens):
-        buf.fill_(POISON)
+def build_full_step(builder: SparseMLAMetadataBuilder) -> None:
+    """A previous step of every buffer row, with values unlike padding: what the next build must overwrite or reset."""
+    builder.build(0, make_common([5000 + i for i in range(builder.max_num_tokens)], [1] * builder.max_num_tokens,
+                                 max_blocks=1))
 
 
 # (seq_lens, query_lens, num_actual_tokens or None, padded request slots)
@@ -104,8 +104,8 @@ BUILD_CASES = {
 def test_builder_per_token_metadata(case):
     seq_lens, query_lens, num_tokens, padded_reqs = BUILD_CASES[case]
     common = make_common(seq_lens, query_lens, num_tokens, padded_reqs)
-    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU)
-    poison(builder)
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
+    build_full_step(builder)
     md = builder.build(0, common)
     t = common.num_actual_tokens
     req_id, kv_len, bound = expected_per_token(seq_lens, query_lens, t)
@@ -114,21 +114,39 @@ def test_builder_per_token_metadata(case):
     assert md.token_kv_len.tolist() == kv_len, f"token_kv_len expected {kv_len}, got {md.token_kv_len.tolist()}"
     assert md.kv_len_bound.tolist() == bound, f"kv_len_bound expected {bound}, got {md.kv_len_bound.tolist()}"
     assert md.cu_seqlens_q.tolist() == list(range(t + 1)), "cu_seqlens_q expected 0..T"
-    assert md.page_table.shape == (t, INDEX_TOPK) and md.cache_seqlens.shape == (t,)
     assert md.slot_mapping is common.slot_mapping and md.block_table is common.block_table_tensor
-    # The tail past T is reset to the safe padding values.
+    assert md.num_heads == NUM_HEADS and md.index_topk == INDEX_TOPK
+    # The tail past T, written by the previous (full) step, is reset to the safe padding values.
     assert (builder._req_id[t:] == 0).all() and (builder._token_kv_len[t:] == 0).all()
-    assert (builder._kv_len_bound[t:] == 1).all() and (builder._cache_seqlens[t:] == 0).all()
+    assert (builder._kv_len_bound[t:] == 1).all()
 
 
-def test_builder_updates_the_same_buffers_in_place():
-    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU)
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_builder_updates_the_same_buffers_in_place(route):
+    """Two steps of one padded size (a CUDA graph captured on the first replays with the second's
+    contents): the same plan, workspace and buffers; only the contents change."""
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route=route)
     first = builder.build(0, make_common([50, 60], [4, 4]))
     second = builder.build(0, make_common([7, 9], [1, 2], num_actual_tokens=8, num_padded_reqs=1))
-    for name in ("req_id", "token_kv_len", "kv_len_bound", "cu_seqlens_q", "page_table", "cache_seqlens"):
+    for name in ("req_id", "token_kv_len", "kv_len_bound", "cu_seqlens_q"):
         a, b = getattr(first, name), getattr(second, name)
         assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, f"{name} expected the same buffer in both steps"
+    assert first.route is second.route and first.route.name == route
+    assert first.plan is second.plan and first.workspace is second.workspace is builder.workspaces[route]
+    if route == "fa3":
+        for name in ("page_table", "cache_seqlens"):
+            a, b = getattr(first.prepared, name), getattr(second.prepared, name)
+            assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, f"{name} expected the same buffer in both steps"
     assert first.req_id.tolist() == [0, 1, 1, 0, 0, 0, 0, 0], "the first step's views expected the new contents"
+
+
+def test_builder_resets_the_tail_a_larger_step_left():
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
+    builder.build(0, make_common([300] * 6, [1] * 6))
+    md = builder.build(0, make_common([40, 50], [1, 1]))
+    assert md.token_kv_len.tolist() == [40, 50]
+    assert builder._req_id[2:].eq(0).all() and builder._token_kv_len[2:].eq(0).all()
+    assert builder._kv_len_bound[2:].eq(1).all(), "rows of the earlier step expected the padding bound 1"
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
@@ -142,26 +160,27 @@ def test_builder_then_conversion_matches_reference(pattern):
     real, padded = batch.num_tokens, 3
     common = make_common(seq_lens, query_lens, real + padded, num_padded_reqs=1, device=CPU)
     common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
-    builder = SparseMLAMetadataBuilder(64, CPU)
+    builder = SparseMLAMetadataBuilder(64, CPU, NUM_HEADS, route="fa3")
     md = builder.build(0, common)
     assert torch.equal(md.req_id[:real], batch.req_id) and torch.equal(md.token_kv_len[:real], batch.token_kv_len)
     garbage = torch.randint(0, 100, (padded, INDEX_TOPK), generator=gen, dtype=torch.int32)
     topk = torch.cat([batch.topk_indices, garbage])
-    md.page_table.fill_(POISON)
-    md.cache_seqlens.fill_(POISON)
+    step = md.prepared
+    step.page_table.fill_(POISON)
+    step.cache_seqlens.fill_(POISON)
     topk_to_slots(topk, md.req_id, md.token_kv_len, md.block_table, num_blocks,
-                  slot_ids=md.page_table, valid_count=md.cache_seqlens)
+                  slot_ids=step.page_table, valid_count=step.cache_seqlens)
     ref_slots, ref_count = topk_to_slots_reference(
         batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, num_blocks
     )
-    assert torch.equal(md.cache_seqlens[:real], ref_count), "valid counts of real tokens differ from the reference"
-    assert torch.equal(md.page_table[:real], ref_slots), "slot ids of real tokens differ from the reference"
-    assert (md.cache_seqlens[real:] == 0).all(), "padding tokens expected 0 valid slots"
-    assert (md.page_table[real:] == 0).all(), "padding rows expected slot 0 everywhere"
+    assert torch.equal(step.cache_seqlens[:real], ref_count), "valid counts of real tokens differ from the reference"
+    assert torch.equal(step.page_table[:real], ref_slots), "slot ids of real tokens differ from the reference"
+    assert (step.cache_seqlens[real:] == 0).all(), "padding tokens expected 0 valid slots"
+    assert (step.page_table[real:] == 0).all(), "padding rows expected slot 0 everywhere"
 
 
 def test_builder_rejects_bad_steps():
-    builder = SparseMLAMetadataBuilder(4, CPU)
+    builder = SparseMLAMetadataBuilder(4, CPU, NUM_HEADS)
     with pytest.raises(ValueError, match=r"'num_actual_tokens' expected in \[0, max_num_batched_tokens = 4\], got 5"):
         builder.build(0, make_common([9], [5]))
     with pytest.raises(NotImplementedError, match="cascade attention"):
@@ -179,7 +198,11 @@ def test_builder_rejects_bad_steps():
     with pytest.raises(TypeError, match="argument 'slot_mapping' expected dtype torch.int64, got torch.int32"):
         builder.build(0, common)
     with pytest.raises(ValueError, match="'max_num_batched_tokens' expected >= 1, got 0"):
-        SparseMLAMetadataBuilder(0, CPU)
+        SparseMLAMetadataBuilder(0, CPU, NUM_HEADS)
+    with pytest.raises(ValueError, match="'num_heads' expected 1 <= num_heads <= 128, got 129"):
+        SparseMLAMetadataBuilder(4, CPU, 129)
+    with pytest.raises(ValueError, match=r"'route' expected None or one of \('fa3', 'triton'\), got 'flashmla'"):
+        SparseMLAMetadataBuilder(4, CPU, NUM_HEADS, route="flashmla")
 
 
 # ------------------------------------------------------------------------------------------------ backend
@@ -280,9 +303,9 @@ def test_impl_splits_one_query_tensor_by_views():
     assert q_rope.data_ptr() == q.data_ptr() + KV_LORA_RANK * q.element_size(), "q_rope expected a view of q"
 
 
-def _forward_args(num_heads=4, num_tokens=3):
+def _forward_args(num_heads=4, num_tokens=3, route=None):
     gen = testing.make_generator(CPU, seed=30)
-    builder = SparseMLAMetadataBuilder(8, CPU, index_topk=INDEX_TOPK)
+    builder = SparseMLAMetadataBuilder(8, CPU, num_heads, index_topk=INDEX_TOPK, route=route)
     md = builder.build(0, make_common([20, 30], [1, num_tokens - 1]))
     q_nope, q_rope = testing.make_queries(num_tokens, num_heads, CPU, gen)
     return dict(
@@ -314,6 +337,10 @@ def _forward_args(num_heads=4, num_tokens=3):
          ValueError, r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(40960, 640, 1\)"),
         (lambda a: a.update(output=torch.zeros(3, 4, 512)), TypeError,
          "argument 'output' expected dtype torch.bfloat16, got torch.float32"),
+        (lambda a: a.update(topk_indices=a["topk_indices"].to("meta")), ValueError,
+         "argument 'topk_indices' expected device cpu, got meta"),
+        (lambda a: a.update(attn_metadata=_forward_args(num_heads=8)["attn_metadata"]), ValueError,
+         "argument 'attn_metadata' expected a step planned for num_heads = 4, got 8"),
     ],
 )
 def test_forward_rejects_bad_arguments(change, error, message):
@@ -331,27 +358,31 @@ H200_SMS = 132
 
 @pytest.mark.parametrize("num_heads", [1, 16, 32, 64, 100, 128])
 def test_fa3_num_splits_bounds_the_workspace(num_heads):
-    bound = 2 * H200_SMS * 64 * FA3_ACCUM_BYTES_PER_ROW
+    bound = 2 * H200_SMS * 64 * fa3.ACCUM_BYTES_PER_ROW
     for num_tokens in list(range(1, 300)) + [1024, 8192, 65536]:
-        splits = fa3_num_splits(num_tokens, num_heads, H200_SMS)
+        splits = fa3.choose_num_splits(num_tokens, num_heads, H200_SMS)
         tiles = num_tokens * -(-num_heads // 64)
         assert 1 <= splits <= INDEX_TOPK // 64, f"T={num_tokens}: splits {splits} outside [1, 32]"
-        workspace = splits * num_heads * num_tokens * FA3_ACCUM_BYTES_PER_ROW if splits > 1 else 0
+        workspace = splits * num_heads * num_tokens * fa3.ACCUM_BYTES_PER_ROW if splits > 1 else 0
         assert workspace < bound, f"T={num_tokens}: workspace {workspace} B expected < {bound} B"
         if tiles >= H200_SMS:
             assert splits == 1, f"T={num_tokens}: {tiles} tiles fill the SMs, expected 1 split, got {splits}"
         else:
             assert splits * tiles >= min(H200_SMS, tiles * 32), f"T={num_tokens}: {splits} splits leave SMs idle"
-    assert fa3_num_splits(1, 16, H200_SMS) == 32 and fa3_num_splits(16, 16, H200_SMS) == 9
+    assert fa3.choose_num_splits(1, 16, H200_SMS) == 32 and fa3.choose_num_splits(16, 16, H200_SMS) == 9
+
+
+def test_fa3_scheduler_metadata_size():
+    """sgl-attn 10d78675 mha_fwd: 3 vectors of T rounded up to 4, then the semaphore."""
+    assert [fa3.scheduler_metadata_size(t) for t in (1, 4, 5, 8, 1024)] == [13, 13, 25, 25, 3073]
 
 
 # ------------------------------------------------------------------------------------------------ triton route
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
-def test_forward_on_the_triton_route_matches_reference(monkeypatch):
-    """With routing sending every batch to the fused kernel, forward runs on the CPU in the interpreter."""
-    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: "triton")
+def test_forward_on_the_triton_route_matches_reference():
+    """On the fused kernel's route, forward runs on the CPU in the interpreter."""
     gen = testing.make_generator(CPU, seed=31)
     num_blocks, num_heads = 16, 4
     seq_lens, query_lens = [90, 300], [1, 2]
@@ -360,7 +391,7 @@ def test_forward_on_the_triton_route_matches_reference(monkeypatch):
     kv_cache = testing.make_kv_cache(num_blocks, CPU, gen)
     common = make_common(seq_lens, query_lens, batch.num_tokens + 1, num_padded_reqs=1)
     common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
-    md = SparseMLAMetadataBuilder(8, CPU).build(0, common)
+    md = SparseMLAMetadataBuilder(8, CPU, num_heads, route="triton").build(0, common)
     q_nope, q_rope = testing.make_queries(batch.num_tokens + 1, num_heads, CPU, gen)
     topk = torch.cat([batch.topk_indices, torch.randint(0, 50, (1, INDEX_TOPK), generator=gen, dtype=torch.int32)])
     output = torch.full((batch.num_tokens + 1, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16)
@@ -379,11 +410,89 @@ def test_forward_on_the_triton_route_matches_reference(monkeypatch):
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernels in the interpreter (TRITON_INTERPRET=1)")
 @pytest.mark.parametrize("route", ["fa3", "triton"])
-def test_forward_check_indices_names_the_bad_entry(monkeypatch, route):
+def test_forward_check_indices_names_the_bad_entry(route):
     """``check_indices`` raises before any attention kernel runs, on either route."""
-    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: route)
-    args = _forward_args()
+    args = _forward_args(route=route)
     args["topk_indices"][1, 7] = 29  # token 1: first of two new tokens of request 1 (seq_len 30), attends 29
     message = "token 1, column 7: top-k index 29 expected -1 or in [0, token_kv_len = 29), got 29"
     with pytest.raises(ValueError, match=re.escape(message)):
         SparseMLAImpl(4, check_indices=True).forward(**args)
+
+
+# ------------------------------------------------------------------------------------------------ step plan
+
+
+def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():
+    """Without an override, each padded T takes routing.choose_route's route (on a machine without FA3
+    its fallback, Triton), and the plan that route makes for (T, N, SMs, K)."""
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
+    for num_tokens in (1, 2, 5, 16, 100, MAX_TOKENS):
+        md = builder.build(0, make_common([3000] * num_tokens, [1] * num_tokens))
+        expected = routing.choose_route(NUM_HEADS, num_tokens)
+        assert md.route.name == expected, f"T={num_tokens}: route expected {expected}, got {md.route.name}"
+        assert md.plan == ROUTES[expected].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
+    assert set(builder.workspaces) == set(routing.routes_up_to(NUM_HEADS, MAX_TOKENS))
+    if not fa3.is_available():
+        assert list(builder.workspaces) == ["triton"], "without FA3 only the Triton route's workspace is expected"
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_builder_route_override(route):
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route=route)
+    for num_tokens in (1, 7, MAX_TOKENS):
+        md = builder.build(0, make_common([3000] * num_tokens, [1] * num_tokens))
+        assert md.route is ROUTES[route], f"T={num_tokens}: route expected {route}, got {md.route.name}"
+        assert md.plan == ROUTES[route].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
+    assert list(builder.workspaces) == [route], "only the override's workspace expected"
+
+
+@pytest.mark.parametrize("name", sorted(ROUTES))
+def test_route_plans_are_frozen_and_depend_on_the_shape_only(name):
+    route = ROUTES[name]
+    for num_tokens in (0, 1, 8, 300):
+        plan = route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK)
+        assert dataclasses.is_dataclass(plan) and plan.__dataclass_params__.frozen, f"{name}: plan expected frozen"
+        assert plan == route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK)
+
+
+def test_workspaces_belong_to_the_builder_and_fit_every_step():
+    """Each builder owns its workspaces, sized for its largest step; nothing is shared between builders."""
+    first = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, 128, route="triton")
+    second = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, 128, route="triton")
+    assert first.workspaces["triton"].partial_out.data_ptr() != second.workspaces["triton"].partial_out.data_ptr()
+    workspace = first.workspaces["triton"]
+    assert isinstance(workspace, SplitWorkspace)
+    for num_tokens in range(1, MAX_TOKENS + 1):
+        plan = first.step_plan(num_tokens).plan
+        sizes = SplitWorkspace.sizes(num_tokens, 128, INDEX_TOPK, plan.config)
+        assert workspace.fits(sizes), f"T={num_tokens}: split workspace expected room for {sizes}"
+    fa3_builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route="fa3")
+    ws = fa3_builder.workspaces["fa3"]
+    assert isinstance(ws, fa3_route.Workspace)
+    assert ws.page_table.shape == (MAX_TOKENS, INDEX_TOPK) and ws.cache_seqlens.shape == (MAX_TOKENS,)
+    assert ws.scheduler_metadata.numel() >= max(
+        fa3_builder.step_plan(t).plan.scheduler_metadata_size for t in range(MAX_TOKENS + 1)
+    )
+
+
+def test_step_plan_is_decided_once_per_padded_size():
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
+    first = builder.build(0, make_common([100, 200], [1, 1], num_actual_tokens=4))
+    second = builder.build(0, make_common([9], [3], num_actual_tokens=4))
+    assert builder.step_plan(4) is builder.step_plan(4)
+    assert first.plan is second.plan and first.route is second.route
+    with pytest.raises(ValueError, match=r"'num_actual_tokens' expected in \[0, max_num_batched_tokens = 128\], got 129"):
+        builder.step_plan(MAX_TOKENS + 1)
+
+
+def test_fa3_step_without_fa3_plans_but_leaves_scheduling_to_fa3():
+    """Where FA3 cannot run (this CPU), its route still plans and prepares page-table views; no scheduler
+    metadata is computed (FA3's calls raise there with the reason)."""
+    if fa3.is_available():
+        pytest.skip("checks the machine without FA3")
+    md = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route="fa3").build(0, make_common([70, 9], [1, 2]))
+    assert md.prepared.scheduler_metadata is None
+    assert md.prepared.page_table.shape == (3, INDEX_TOPK) and md.prepared.cache_seqlens.shape == (3,)
+    num_sms = device_info.num_sms(CPU)
+    assert md.plan == fa3_route.Plan(num_splits=fa3.choose_num_splits(3, NUM_HEADS, num_sms),
+                                      scheduler_metadata_size=fa3.scheduler_metadata_size(3))

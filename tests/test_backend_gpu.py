@@ -1,15 +1,18 @@
 """A full sparse-MLA layer step through the backend on the GPU, against the float32 reference.
 
-Each step writes the new tokens' K/V into the cache, builds the metadata, converts the top-k rows and
-attends through ``SparseMLAImpl.forward`` (FA3); the reference reads a cache written by PyTorch.
+Each step writes the new tokens' K/V into the cache, builds the metadata (and the step's plan), and
+attends through ``SparseMLAImpl.forward`` on each route (the builder's ``route=``); the reference reads
+a cache written by PyTorch.
 """
+
+import dataclasses
 
 from typing import Sequence
 
 import pytest
 import torch
 
-from sparse_mla import routing, testing
+from sparse_mla import testing
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -21,6 +24,7 @@ from sparse_mla.constants import (
 from sparse_mla.kernels.kv_cache_writer import write_kv
 from sparse_mla.ops import fa3
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference
+from sparse_mla.routes import ROUTES
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -42,10 +46,9 @@ def _require_fa3():
     assert availability, f"the GPU suite needs FA3: {availability.reason}"
 
 
-@pytest.fixture(params=["fa3", "triton"])
-def route(request, monkeypatch):
-    """Runs the test once per attention kernel, whatever sparse_mla.routing would pick."""
-    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: request.param)
+@pytest.fixture(params=sorted(ROUTES))
+def route(request):
+    """Runs the test once per route (the builder's override), whatever sparse_mla.routing would pick."""
     return request.param
 
 
@@ -67,8 +70,8 @@ def _assert_close(out, lse, ref_out, ref_lse, what):
     print(f"{what}: rel err out {rel:.2e}")
 
 
-def _layer_step(seq_lens, query_lens, num_heads, pattern, seed, empty_rows: Sequence[int] = (), padding: int = 0,
-                fused_q: bool = False):
+def _layer_step(seq_lens, query_lens, num_heads, pattern, seed, route, empty_rows: Sequence[int] = (), padding: int = 0,
+                fused_q: bool = False, scheduler_metadata: bool = True):
     """Write K/V, build, convert, attend; returns (out, lse, ref_out, ref_lse) over real and padding tokens."""
     device = torch.device("cuda")
     gen = testing.make_generator(device, seed)
@@ -86,8 +89,12 @@ def _layer_step(seq_lens, query_lens, num_heads, pattern, seed, empty_rows: Sequ
     write_kv(new_kv[:, :KV_LORA_RANK], new_kv[:, KV_LORA_RANK:].unsqueeze(1), kv_cache, common.slot_mapping)
     assert torch.equal(kv_cache.view(torch.int16), ref_cache.view(torch.int16)), "write_kv differs from the reference"
 
-    builder = SparseMLAMetadataBuilder(MAX_NUM_BATCHED_TOKENS, device)
+    builder = SparseMLAMetadataBuilder(MAX_NUM_BATCHED_TOKENS, device, num_heads, route=route)
     metadata = builder.build(0, common)
+    if route == "fa3":
+        assert metadata.prepared.scheduler_metadata is not None, "FA3 scheduler metadata expected from the build"
+        if not scheduler_metadata:  # FA3 plans on its own, from the actual valid counts
+            metadata = dataclasses.replace(metadata, prepared=dataclasses.replace(metadata.prepared, scheduler_metadata=None))
     q = torch.randn(num_tokens, num_heads, KV_CACHE_HEAD_SIZE, generator=gen, device=device).to(torch.bfloat16)
     q_nope, q_rope = q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]
     topk = torch.randint(0, 64, (num_tokens, INDEX_TOPK), generator=gen, device=device, dtype=torch.int32)
@@ -115,14 +122,26 @@ def _layer_step(seq_lens, query_lens, num_heads, pattern, seed, empty_rows: Sequ
 @pytest.mark.parametrize("batch_kind", sorted(BATCHES))
 def test_layer_step_matches_reference(batch_kind, pattern, num_heads, route):
     seq_lens, query_lens = BATCHES[batch_kind]
-    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, num_heads, pattern, seed=60)
+    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, num_heads, pattern, seed=60, route=route)
     _assert_close(out, lse, ref_out, ref_lse, f"{route}: {batch_kind}/{pattern}/N={num_heads}")
+
+
+@pytest.mark.parametrize("num_heads", [16, 128])
+@pytest.mark.parametrize("batch_kind", sorted(BATCHES))
+def test_fa3_with_and_without_the_step_scheduler_metadata(batch_kind, num_heads):
+    """The per-step scheduler metadata (planned on kv_len_bound) and FA3's own (planned on the actual
+    valid counts) both give the reference: rows with holes (-1) have fewer keys than their bound."""
+    seq_lens, query_lens = BATCHES[batch_kind]
+    for shared in (True, False):
+        out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, num_heads, "scattered", seed=63, route="fa3",
+                                                 empty_rows=[1], padding=2, scheduler_metadata=shared)
+        _assert_close(out, lse, ref_out, ref_lse, f"fa3 scheduler metadata {'per step' if shared else 'per call'}")
 
 
 def test_tokens_without_slots_and_padding_give_zero_and_neg_inf(route):
     seq_lens, query_lens = BATCHES["speculative"]
-    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, 16, "scattered", seed=61, empty_rows=[0, 5],
-                                             padding=3)
+    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, 16, "scattered", seed=61, route=route,
+                                             empty_rows=[0, 5], padding=3)
     _assert_close(out, lse, ref_out, ref_lse, f"{route}: empty rows and padding")
     for token in (0, 5, out.shape[0] - 1):
         assert (out[token] == 0).all(), f"{route}: token {token} without valid slots expected out = 0"
@@ -130,58 +149,72 @@ def test_tokens_without_slots_and_padding_give_zero_and_neg_inf(route):
 
 def test_fused_query_tensor(route):
     seq_lens, query_lens = BATCHES["mixed"]
-    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, 32, "end", seed=62, fused_q=True)
+    out, lse, ref_out, ref_lse = _layer_step(seq_lens, query_lens, 32, "end", seed=62, route=route, fused_q=True)
     _assert_close(out, lse, ref_out, ref_lse, f"{route}: q as one [T, N, 576] tensor")
 
 
 def test_cuda_graph_replay_with_fewer_real_tokens_equals_eager(route):
-    """Capture at 8 padded tokens with 8 real ones; replay with 3 real tokens and new contents."""
+    """Capture two layers of one step at 8 padded tokens with 8 real ones; replay with 3 real tokens and
+    new contents. The layers share the step's plan (FA3: one scheduler metadata, whose tile semaphore
+    each layer must leave clean for the next and for the next replay)."""
     device = torch.device("cuda")
-    num_heads, padded_tokens, num_reqs, max_blocks, num_blocks = 16, 8, 3, 64, 400
+    num_heads, padded_tokens, num_reqs, max_blocks, num_blocks, num_layers = 16, 8, 3, 64, 400, 2
     impl = SparseMLAImpl(num_heads)
-    builder = SparseMLAMetadataBuilder(MAX_NUM_BATCHED_TOKENS, device)
-    # Static buffers, as an engine keeps them for a captured batch size.
-    kv_cache = torch.empty(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
-    q = torch.empty(padded_tokens, num_heads, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
-    topk = torch.empty(padded_tokens, INDEX_TOPK, dtype=torch.int32, device=device)
+    builder = SparseMLAMetadataBuilder(MAX_NUM_BATCHED_TOKENS, device, num_heads, route=route)
+    # Static buffers, as an engine keeps them for a captured batch size; one cache, query, top-k and output per layer.
+    kv_caches = [torch.empty(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
+                 for _ in range(num_layers)]
+    qs = [torch.empty(padded_tokens, num_heads, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
+          for _ in range(num_layers)]
+    topks = [torch.empty(padded_tokens, INDEX_TOPK, dtype=torch.int32, device=device) for _ in range(num_layers)]
+    outputs = [torch.empty(padded_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
+               for _ in range(num_layers)]
     block_table = torch.zeros(num_reqs, max_blocks, dtype=torch.int32, device=device)
-    output = torch.empty(padded_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
 
     def load_step(seed, seq_lens, query_lens, padded_reqs):
         gen = testing.make_generator(device, seed)
         batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, pattern="scattered", drop_fraction=0.2)
-        kv_cache.copy_(testing.make_kv_cache(num_blocks, device, gen))
-        q.copy_(torch.randn(q.shape, generator=gen, device=device))
-        topk.copy_(torch.randint(0, 100, topk.shape, generator=gen, device=device, dtype=torch.int32))
-        topk[: batch.num_tokens] = batch.topk_indices
+        for layer in range(num_layers):
+            kv_caches[layer].copy_(testing.make_kv_cache(num_blocks, device, gen))
+            qs[layer].copy_(torch.randn(qs[layer].shape, generator=gen, device=device))
+            topks[layer].copy_(torch.randint(0, 100, topks[layer].shape, generator=gen, device=device, dtype=torch.int32))
+            rows = batch.topk_indices if layer == 0 else batch.topk_indices.flip(1)  # another order, other holes
+            topks[layer][: batch.num_tokens] = rows
+            if layer:
+                topks[layer][: batch.num_tokens, : INDEX_TOPK // 4] = -1
         block_table.zero_()
         block_table[: len(seq_lens), : batch.block_table.shape[1]] = batch.block_table
         batch.block_table = block_table[: len(seq_lens)]
         common = testing.common_metadata(batch, padded_tokens, padded_reqs, block_table=block_table)
         return batch, builder.build(0, common)
 
-    def forward(metadata, out):
-        return impl.forward(q, kv_cache, metadata, topk, output=out, return_lse=True)
+    def forward(metadata, outs):
+        return [impl.forward(qs[i], kv_caches[i], metadata, topks[i], output=outs[i], return_lse=True)
+                for i in range(num_layers)]
 
     _, metadata = load_step(70, [700, 3000, 50], [1, 3, 4], padded_reqs=0)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # compile and warm up outside the capture
-        forward(metadata, output)
+        forward(metadata, outputs)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        _, graph_lse = forward(metadata, output)
+        graph_results = forward(metadata, outputs)
 
     batch, metadata = load_step(71, [2500, 9], [1, 2], padded_reqs=1)
-    output.fill_(float("nan"))
+    for output in outputs:
+        output.fill_(float("nan"))
     graph.replay()
-    eager_out, eager_lse = forward(metadata, torch.full_like(output, float("nan")))
-    assert torch.equal(output, eager_out), f"{route}: graph replay output differs from eager"
-    assert torch.equal(graph_lse, eager_lse), f"{route}: graph replay LSE differs from eager"
-
+    graph.replay()  # twice: a replay must leave the workspaces (counters, FA3's semaphore) as it found them
+    eager = forward(metadata, [torch.full_like(o, float("nan")) for o in outputs])
     real = batch.num_tokens
-    ref_out, ref_lse = _reference(batch, q[:real, :, :KV_LORA_RANK], q[:real, :, KV_LORA_RANK:], kv_cache, num_blocks,
-                                  topk[:real])
-    _assert_close(output[:real], graph_lse[:real], ref_out, ref_lse, f"{route}: graph replay, real tokens")
-    assert (output[real:] == 0).all() and torch.isneginf(graph_lse[real:]).all(), f"{route}: padding expected 0, -inf"
+    for layer in range(num_layers):
+        (_, graph_lse), (eager_out, eager_lse) = graph_results[layer], eager[layer]
+        output, q, topk = outputs[layer], qs[layer], topks[layer]
+        assert torch.equal(output, eager_out), f"{route} layer {layer}: graph replay output differs from eager"
+        assert torch.equal(graph_lse, eager_lse), f"{route} layer {layer}: graph replay LSE differs from eager"
+        ref_out, ref_lse = _reference(batch, q[:real, :, :KV_LORA_RANK], q[:real, :, KV_LORA_RANK:], kv_caches[layer],
+                                      num_blocks, topk[:real])
+        _assert_close(output[:real], graph_lse[:real], ref_out, ref_lse, f"{route} layer {layer}: graph replay")
+        assert (output[real:] == 0).all() and torch.isneginf(graph_lse[real:]).all(), f"{route}: padding expected 0, -inf"

@@ -1,4 +1,4 @@
-"""Routing between FA3 and the Triton kernel: the checked-in table and its lookup."""
+"""Routing between the routes of sparse_mla.routes: the checked-in table, its lookup, the fallbacks."""
 
 import json
 
@@ -7,6 +7,7 @@ import torch
 
 from sparse_mla import routing
 from sparse_mla.ops import fa3
+from sparse_mla.routes import ROUTES
 
 TABLE = ([16, 64], [1, 8, 128], {16: ["triton", "fa3", "fa3"], 64: ["fa3", "triton", "fa3"]})
 
@@ -40,13 +41,36 @@ def test_checked_in_table_is_complete_and_has_provenance():
 def test_rejects_a_malformed_table(tmp_path):
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"heads": [16], "tokens": [1, 2], "kernel": {"16": ["fa3", "flashmla"]}}))
-    with pytest.raises(ValueError, match="row N=16 expected 2 entries of"):
+    with pytest.raises(ValueError, match=r"row N=16 expected 2 entries of \('fa3', 'triton'\)"):
         routing.load_table(str(path))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of machines without FA3")
 def test_without_fa3_every_batch_goes_to_triton():
     assert not fa3.is_available()
-    for num_heads, num_tokens in ((16, 1), (128, 1024)):
-        assert routing.choose_kernel(num_heads, num_tokens) == "triton"
+    assert routing.runnable("fa3") == "triton" and routing.runnable("triton") == "triton"
+    for num_heads, num_tokens in ((16, 1), (16, 8), (128, 1024)):
+        assert routing.choose_route(num_heads, num_tokens) == "triton"
+    assert routing.routes_up_to(16, 8192) == ["triton"]
+
+
+def test_routes_up_to_lists_every_route_of_the_range():
+    heads, tokens, _ = routing.load_table()
+    for n in (16, 128):
+        for max_tokens in (1, 3, 64, 5000):
+            expected = {routing.choose_route(n, t) for t in range(1, max_tokens + 1)}
+            assert set(routing.routes_up_to(n, max_tokens)) == expected, f"N={n} max T={max_tokens}"
+
+
+def test_table_from_timings_takes_the_fastest_route():
+    nan = float("nan")
+    us = {
+        (16, 1, "fa3"): 19.0, (16, 1, "triton"): 18.0,  # triton faster
+        (16, 8, "fa3"): 24.0, (16, 8, "triton"): 24.0,  # a tie: the earlier route of ROUTES
+        (64, 1, "fa3"): nan, (64, 1, "triton"): 50.0,  # a failed route never wins
+        (64, 8, "fa3"): 30.0, (64, 8, "triton"): nan,
+    }
+    heads, tokens, route = routing.table_from_timings(us)
+    assert (heads, tokens) == ([16, 64], [1, 8])
+    assert route == {16: ["triton", list(ROUTES)[0]], 64: ["triton", "fa3"]}
 

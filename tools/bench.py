@@ -36,7 +36,20 @@ shared memory, wgmma / mma.sync / cp.async counts in the PTX).
 ``--fa3_splits=0,4,8,16,32`` times ``fa3_kernel`` for each split count (0 = FA3's own heuristic) at the
 ``--fa3_split_points`` and prints the best per point next to the backend's choice (``fa3_splits.csv``).
 
-``--sweep``, ``--ablate`` and ``--fa3_splits`` can be combined in one run; the grid runs when none is given.
+``--nofa3_scheduler_metadata`` (an ablation of the grid's ``fa3``, ``fa3_kernel`` and ``routed`` paths and
+of ``--fa3_splits``): FA3 runs without the step's precomputed scheduler metadata, i.e. with its own
+scheduling kernel on every call, as before the plan existed; the difference is what the shared metadata buys.
+
+``--host_time`` measures host time instead: eager µs per call of ``SparseMLAMetadataBuilder.build`` and of
+``SparseMLAImpl.forward`` on each route at the ``--host_time_points``, next to a bare ``x.add_(1)`` on the
+same device in the same run, with their ratios (issue 7's targets: forward <= 3x, build <= 5x), written to
+``host_time.csv``. Each measurement times ``--host_time_calls`` back-to-back calls (fewer launches than the
+GPU's queue holds, so the host is what is timed) and reports the median of ``--host_time_repeats``. Without a
+CUDA device it runs on the CPU with ``T = 0`` (every check, the dispatch and the plan lookup, no kernel: the
+Triton interpreter would otherwise dominate).
+
+``--sweep``, ``--ablate``, ``--fa3_splits`` and ``--host_time`` can be combined in one run; the grid runs when
+none is given.
 """
 
 import contextlib
@@ -49,6 +62,7 @@ import multiprocessing
 import os
 import statistics
 import subprocess
+import time
 from concurrent import futures
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -58,7 +72,8 @@ import torch
 import triton
 
 from sparse_mla import reference, routing, testing
-from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder, fa3_num_splits
+from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
+from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
     INDEX_TOPK,
@@ -69,6 +84,7 @@ from sparse_mla.constants import (
 from sparse_mla.kernels import sparse_mla_attention as triton_attention
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.ops import decode, fa3
+from sparse_mla.routes import ROUTES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
@@ -105,6 +121,12 @@ flags.DEFINE_bool("ablate", False, "Time the Triton kernel's default configurati
 flags.DEFINE_list("ablate_points", ["16x1", "16x8", "64x256", "128x256"], "NxT points of --ablate.")
 flags.DEFINE_list("fa3_splits", [], "Split counts (0 = FA3's heuristic) for which fa3_kernel is timed; empty = off.")
 flags.DEFINE_list("fa3_split_points", [f"{n}x{t}" for n in (16, 32, 64, 128) for t in (1, 2, 4, 8)], "NxT points of --fa3_splits.")
+flags.DEFINE_bool("fa3_scheduler_metadata", True,
+                  "FA3 calls get the step's precomputed scheduler metadata (false: FA3 schedules on every call).")
+flags.DEFINE_bool("host_time", False, "Measure eager host µs per call of build and forward against a bare torch op.")
+flags.DEFINE_list("host_time_points", ["16x1", "16x8", "128x1", "128x4"], "NxT points of --host_time.")
+flags.DEFINE_integer("host_time_calls", 200, "Back-to-back calls per --host_time measurement.")
+flags.DEFINE_integer("host_time_repeats", 21, "Measurements per --host_time value (the median is reported).")
 
 BANDWIDTH_BYTES_PER_S = 4.3e12
 """H200 HBM3e bandwidth used by the bound (the anchors' figure)."""
@@ -199,36 +221,36 @@ def reference_out(copy: Copy, kv_cache: torch.Tensor) -> torch.Tensor:
 # Paths
 
 
-@contextlib.contextmanager
-def forced_route(kernel: str):
-    """Make ``sparse_mla.routing`` choose ``kernel`` while graphs are captured (replays run no Python)."""
-    original = routing.choose_kernel
-    routing.choose_kernel = lambda num_heads, num_tokens: kernel
-    try:
-        yield
-    finally:
-        routing.choose_kernel = original
+def build_step(c: "Copy", kv_cache: torch.Tensor, route: Optional[str]):
+    """The backend's metadata of a copy's batch on ``route`` (``None``: the routing table's), with FA3's step
+    scheduler metadata dropped under ``--nofa3_scheduler_metadata``."""
+    b = c.batch
+    builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, c.q_nope.shape[1], index_topk=FLAGS.topk,
+                                       route=route)
+    metadata = builder.build(0, testing.common_metadata(b))
+    if metadata.route.name == "fa3" and not FLAGS.fa3_scheduler_metadata:
+        metadata = dataclasses.replace(metadata, prepared=dataclasses.replace(metadata.prepared, scheduler_metadata=None))
+    return builder, metadata
 
 
 def fa3_kernel_call(c: Copy, kv_cache: torch.Tensor, num_splits: Optional[int] = None) -> Callable[[], None]:
     """The FA3 route's FA3 call alone: its page table is converted here, once, outside the timed graph.
 
-    ``num_splits`` defaults to the backend's (:func:`sparse_mla.backend.fa3_num_splits`); 0 = FA3's heuristic.
+    ``num_splits`` defaults to the backend's plan (:func:`sparse_mla.ops.fa3.choose_num_splits`); 0 = FA3's
+    heuristic. The step's scheduler metadata is used when the split count is the plan's (it is made for it).
     """
     b = c.batch
-    num_tokens, num_heads = c.q_nope.shape[:2]
-    builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, index_topk=FLAGS.topk)
-    metadata = builder.build(0, testing.common_metadata(b))
+    _, metadata = build_step(c, kv_cache, "fa3")
+    step = metadata.prepared
     topk_to_slots(b.topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table, kv_cache.shape[0],
-                  slot_ids=metadata.page_table, valid_count=metadata.cache_seqlens)
-    if num_splits is None:
-        num_splits = fa3_num_splits(num_tokens, num_heads, torch.cuda.get_device_properties(kv_cache.device).multi_processor_count, FLAGS.topk)
-    k_cache = kv_cache[..., KV_LORA_RANK:].view(-1, 1, 1, KV_CACHE_HEAD_SIZE - KV_LORA_RANK)  # as the backend
-    v_cache = kv_cache[..., :KV_LORA_RANK].view(-1, 1, 1, KV_LORA_RANK)
-    return lambda: fa3.flash_attn_with_kvcache(
-        c.q_rope, k_cache=k_cache, v_cache=v_cache, qv=c.q_nope, page_table=metadata.page_table,
-        cache_seqlens=metadata.cache_seqlens, cu_seqlens_q=metadata.cu_seqlens_q, max_seqlen_q=1,
-        softmax_scale=DEEPSEEK_V32_SOFTMAX_SCALE, causal=False, num_splits=num_splits, out=c.out,
+                  slot_ids=step.page_table, valid_count=step.cache_seqlens)
+    planned = metadata.plan.num_splits
+    num_splits = planned if num_splits is None else num_splits
+    scheduler_metadata = step.scheduler_metadata if num_splits == planned else None
+    return lambda: fa3.sparse_mla_fwd(
+        c.q_nope, c.q_rope, kv_cache, page_table=step.page_table, cache_seqlens=step.cache_seqlens,
+        cu_seqlens_q=metadata.cu_seqlens_q, softmax_scale=DEEPSEEK_V32_SOFTMAX_SCALE, num_splits=num_splits,
+        scheduler_metadata=scheduler_metadata, out=c.out,
     )
 
 
@@ -265,9 +287,8 @@ def path_calls(
             calls.append(fa3_kernel_call(c, kv_cache, fa3_splits))
         elif path == "decode":
             calls.append(decode_call(c, kv_cache))
-        else:
-            builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, index_topk=FLAGS.topk)
-            metadata = builder.build(0, testing.common_metadata(b))
+        else:  # "fa3": the backend on the FA3 route; "routed": as the routing table says
+            builder, metadata = build_step(c, kv_cache, "fa3" if path == "fa3" else None)
             impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE)
             calls.append(
                 lambda c=c, b=b, impl=impl, metadata=metadata, builder=builder: impl.forward(
@@ -277,22 +298,20 @@ def path_calls(
     return calls
 
 
-def time_graph(calls: Sequence[Callable[[], None]], route: Optional[str] = None) -> float:
+def time_graph(calls: Sequence[Callable[[], None]]) -> float:
     """Median µs per call: one CUDA graph runs every call once; replayed after warm-up."""
-    route_ctx = forced_route(route) if route else contextlib.nullcontext()
-    with route_ctx:
-        for call in calls:  # compiles, sizes workspaces
+    for call in calls:  # compiles
+        call()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
             call()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for call in calls:
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for call in calls:
-                call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
     for _ in range(FLAGS.warmup_replays):
         graph.replay()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(FLAGS.replays)]
@@ -369,6 +388,10 @@ def _git_revision() -> str:
 
 
 def provenance() -> Dict[str, str]:
+    if not torch.cuda.is_available():  # --host_time on the CPU
+        return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "device": "cpu (no CUDA device)", "torch": torch.__version__, "triton": triton.__version__,
+                "git": FLAGS.git_revision or _git_revision(), "fa3": f"unavailable: {fa3.is_available().reason}"}
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     driver = "unknown"
     with contextlib.suppress(Exception):
@@ -500,7 +523,7 @@ def run_grid(info: Dict[str, str]) -> None:
             us, err = float("nan"), float("nan")
             if p in paths_to_run:
                 try:
-                    us = time_graph(path_calls(p, copies, kv_cache), route="fa3" if p == "fa3" else None)
+                    us = time_graph(path_calls(p, copies, kv_cache))
                     if ref is not None:
                         err = testing.relative_error(copies[0].out, ref)
                 except Exception as e:  # noqa: BLE001 - one path failing must not lose the others
@@ -511,9 +534,10 @@ def run_grid(info: Dict[str, str]) -> None:
               f"triton config {row['triton_config']}", flush=True)
 
     # With --write_routing_table, "routed" runs in a second pass, after the table is written from the first.
-    write_table = FLAGS.write_routing_table and set(routing.KERNELS) <= set(paths_to_run)
+    timed_routes = [name for name in ROUTES if name in paths_to_run]
+    write_table = FLAGS.write_routing_table and len(timed_routes) > 1
     if FLAGS.write_routing_table and not write_table:
-        notes.append("--write_routing_table needs both fa3 and triton timed: routing table left as it was")
+        notes.append("--write_routing_table needs two routes timed: routing table left as it was")
     second_pass = ["routed"] if write_table and "routed" in paths else []
     first_pass = [p for p in paths if p not in second_pass]
     rows, inputs = [], []
@@ -526,11 +550,11 @@ def run_grid(info: Dict[str, str]) -> None:
         rows.append(row)
         inputs.append((copies, ref) if second_pass else None)
     if write_table:
-        us = {(r["N"], r["T"], k): r[f"{k}_us"] for r in rows for k in routing.KERNELS}
+        us = {(r["N"], r["T"], k): r[f"{k}_us"] for r in rows for k in timed_routes}
         routing.write_table(routing.table_from_timings(us), {**info, "source": "tools/bench.py --write_routing_table"})
         print(f"wrote {routing.ROUTING_TABLE}", flush=True)
     for row, point_inputs in zip(rows, inputs):
-        row["route"] = routing.choose_kernel(row["N"], row["T"])
+        row["route"] = routing.choose_route(row["N"], row["T"])
         if second_pass:
             time_paths(row, *point_inputs, second_pass)
 
@@ -728,7 +752,7 @@ def run_fa3_splits(info: Dict[str, str]) -> None:
     print(f"\nfa3_kernel by split count (0 = FA3's heuristic); {', '.join(f'{k} {v}' for k, v in info.items())}")
     for n, t in points:
         copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks=kv_cache.shape[0], gen=gen)
-        ours = fa3_num_splits(t, n, num_sms, FLAGS.topk)
+        ours = fa3.choose_num_splits(t, n, num_sms, FLAGS.topk)
         results = []
         for count in dict.fromkeys(splits + [ours]):
             try:
@@ -752,20 +776,95 @@ def run_fa3_splits(info: Dict[str, str]) -> None:
         print(f"wrote {path}")
 
 
+# --------------------------------------------------------------------------------------------------
+# Eager host time
+
+
+def decode_step(num_tokens: int, device: torch.device) -> CommonAttentionMetadata:
+    """A decode step of ``num_tokens`` requests of ``--context`` positions (contents irrelevant to host time)."""
+    int32 = dict(dtype=torch.int32)
+    starts = torch.arange(num_tokens + 1, **int32)
+    seq_lens = torch.full((num_tokens,), FLAGS.context, **int32)
+    per_context = blocks_per_context(FLAGS.context)
+    blocks = torch.arange(num_tokens * per_context, **int32).view(num_tokens, per_context)
+    return CommonAttentionMetadata(
+        query_start_loc=starts.to(device), query_start_loc_cpu=starts, seq_lens=seq_lens.to(device),
+        seq_lens_cpu=seq_lens, num_reqs=num_tokens, num_actual_tokens=num_tokens, max_query_len=1,
+        max_seq_len=FLAGS.context, slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=device),
+        block_table_tensor=blocks.to(device),
+    )
+
+
+def host_us(call: Callable[[], object], device: torch.device) -> float:
+    """Median over ``--host_time_repeats`` of the host µs per call of ``--host_time_calls`` back-to-back calls;
+    the device is synchronized between measurements, never inside one."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(3):  # compile, first-use planning
+        call()
+    samples = []
+    for _ in range(FLAGS.host_time_repeats):
+        sync()
+        start = time.perf_counter()
+        for _ in range(FLAGS.host_time_calls):
+            call()
+        samples.append((time.perf_counter() - start) * 1e6 / FLAGS.host_time_calls)
+    sync()
+    return statistics.median(samples)
+
+
+def run_host_time(info: Dict[str, str]) -> None:
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    points = parse_points(FLAGS.host_time_points)
+    if device.type == "cpu":
+        points = list(dict.fromkeys((n, 0) for n, _ in points))
+        print("host_time: no CUDA device: T = 0 on the CPU (checks, dispatch, plan lookup; no kernel launch)")
+    routes = [name for name in ROUTES if ROUTES[name].is_available() or device.type == "cpu"]
+    gen = testing.make_generator(device, FLAGS.seed)
+    x = torch.zeros(16, device=device)
+    bare = host_us(lambda: x.add_(1), device)
+    rows = []
+    print(f"\nhost µs per eager call; bare x.add_(1) {bare:.2f} µs; {', '.join(f'{k} {v}' for k, v in info.items())}")
+    print(f"{'N':>4} {'T':>5} {'route':>7} | {'build':>8} {'x bare':>6} | {'forward':>8} {'x bare':>6}")
+    for n, t in points:
+        num_blocks = max(t, 1) * blocks_per_context(FLAGS.context)
+        kv_cache = torch.zeros(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device)
+        q_nope, q_rope = testing.make_queries(t, n, device, gen)
+        topk = torch.randint(0, FLAGS.context, (t, FLAGS.topk), generator=gen, device=device, dtype=torch.int32)
+        out = torch.empty(t, n, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
+        common = decode_step(t, device)
+        impl = SparseMLAImpl(n)
+        for route in routes:
+            builder = SparseMLAMetadataBuilder(max(t, 1), device, n, index_topk=FLAGS.topk, route=route)
+            build = host_us(lambda: builder.build(0, common), device)
+            metadata = builder.build(0, common)
+            forward = float("nan")
+            if device.type == "cuda" or route == "triton":  # no FA3 on the CPU
+                forward = host_us(lambda: impl.forward((q_nope, q_rope), kv_cache, metadata, topk, output=out), device)
+            rows.append({"N": n, "T": t, "route": route, "bare_us": bare, "build_us": build, "build_x_bare": build / bare,
+                         "forward_us": forward, "forward_x_bare": forward / bare})
+            print(f"{n:>4} {t:>5} {route:>7} | {build:8.2f} {build / bare:6.1f} | {fmt(forward, 2):>8} "
+                  f"{fmt(forward / bare):>6}", flush=True)
+    path = os.path.join(out_dir(), "host_time.csv")
+    write_csv(path, rows, info)
+    print(f"wrote {path}")
+
+
 def main(argv: Sequence[str]) -> None:
     del argv
     if FLAGS.out_dir is None:
         raise app.UsageError("--out_dir is required")
-    if not torch.cuda.is_available():
-        raise app.UsageError("the benchmark needs a CUDA GPU")
+    gpu_modes = FLAGS.ablate or FLAGS.fa3_splits or FLAGS.sweep or not FLAGS.host_time
+    if not torch.cuda.is_available() and gpu_modes:
+        raise app.UsageError("the benchmark needs a CUDA GPU (only --host_time runs without one)")
     if FLAGS.context < FLAGS.topk:
         raise app.UsageError(f"--context ({FLAGS.context}) must be >= --topk ({FLAGS.topk})")
     info = provenance()
     modes = [run for flag, run in ((FLAGS.ablate, run_ablate), (bool(FLAGS.fa3_splits), run_fa3_splits),
-                                   (FLAGS.sweep, run_sweep)) if flag]
+                                   (FLAGS.sweep, run_sweep), (FLAGS.host_time, run_host_time)) if flag]
     for run in modes or [run_grid]:
         run(info)
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -1,19 +1,20 @@
 """DeepSeek-V3.2 sparse-MLA attention backend, in the shape of a vLLM attention backend.
 
 Read top-down: :class:`SparseMLABackend` (what is served) → :class:`SparseMLAMetadata` (what one step
-carries) → :class:`SparseMLAMetadataBuilder` (builds it on the device, CUDA-graph safe) →
-:class:`SparseMLAImpl` (index conversion and attention).
+carries, its plan included) → :class:`SparseMLAMetadataBuilder` (builds and plans it once per step,
+CUDA-graph safe) → :class:`SparseMLAImpl` (validates one layer's arguments and runs the step's route).
 
 Every query token is its own attention "sequence" of length 1 whose keys are the cache slots its
-top-k row selects: the builder finds each token's request and causal length; on the FA3 path the
-forward turns the request-local top-k positions into a page table of slot ids (valid ids first) and
-runs FA3 on it with page size 1, latent values ``c_kv`` (512) and rotary keys ``k_rope`` (64) read
-from the one cache; on the Triton path (:mod:`sparse_mla.routing` decides from the head count and
-padded token count) the fused kernel reads the positions directly.
+top-k row selects: the builder finds each token's request and causal length, and picks the step's
+route (:mod:`sparse_mla.routing`, from the head count and padded token count, or the builder's
+``route=``) with everything that route decides per step (:mod:`sparse_mla.routes`). On the FA3 route
+each layer turns the request-local top-k positions into a page table of slot ids (valid ids first)
+and runs FA3 on it with page size 1, latent values ``c_kv`` (512) and rotary keys ``k_rope`` (64)
+read from the one cache; on the Triton route the fused kernel reads the positions directly.
 
 Example
 -------
->>> builder = SparseMLAMetadataBuilder(max_num_batched_tokens=8192, device=torch.device("cuda"))
+>>> builder = SparseMLAMetadataBuilder(max_num_batched_tokens=8192, device=torch.device("cuda"), num_heads=16)
 >>> impl = SparseMLAImpl(num_heads=16)
 >>> write_kv(kv_c_normed, k_pe, kv_cache, common.slot_mapping)     # this step's new tokens
 >>> metadata = builder.build(0, common)
@@ -21,7 +22,7 @@ Example
 """
 
 import dataclasses
-from typing import List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -37,24 +38,15 @@ from sparse_mla.constants import (
     QK_ROPE_HEAD_DIM,
 )
 from sparse_mla import device_info
-from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, sparse_mla_attention
-from sparse_mla.kernels.topk_to_slots import check_topk_indices, topk_to_slots
-from sparse_mla.ops import fa3
+from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS
+from sparse_mla.kernels.topk_to_slots import check_topk_indices
+from sparse_mla.routes import ROUTES, Route
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
 """Hopper or newer. FA3 is built for sm_90a (Hopper only); the Triton kernel's launch configurations
 use up to 186 KB of shared memory per block, which Hopper gives (228 KB) and earlier GPUs do not
 (A100 163 KB, sm_86/89 99 KB). Without the FA3 extension, :mod:`sparse_mla.routing` sends every
 batch to the Triton kernel. Measured and tested on an H200 only."""
-
-FA3_TILE_M = 64
-"""Query rows per FA3 tile for head dim 64 / value dim 512 in bf16 (sgl-attn ``hopper/tile_size.h``)."""
-
-FA3_TILE_N = 64
-"""KV rows per FA3 tile for the same kernel; a split covers at least one such tile."""
-
-FA3_ACCUM_BYTES_PER_ROW = (KV_LORA_RANK + 1) * 4
-"""FA3's fp32 split workspace per (split, head, token): the partial output (512) and its LSE (1)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,37 +185,66 @@ class SparseMLABackend:
 # Metadata
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class SparseMLAMetadata:
-    """One step's attention metadata; every tensor is a view of the builder's persistent buffers.
+    """One step's attention metadata and plan; every tensor is a view of the builder's persistent buffers.
 
     Token ``t`` attends the slots its top-k row selects among the positions ``< token_kv_len[t]`` of
     request ``req_id[t]``. Padding tokens have ``req_id`` 0, ``token_kv_len`` 0 (no valid position)
-    and ``kv_len_bound`` 1.
+    and ``kv_len_bound`` 1. ``route``, ``plan``, ``workspace`` and ``prepared`` are the step's plan:
+    decided in :meth:`SparseMLAMetadataBuilder.build`, only read by :meth:`SparseMLAImpl.forward`.
     """
 
     num_actual_tokens: int  # T, padding included
     num_reqs: int
+    num_heads: int  # N the step was planned for (the builder's)
+    index_topk: int  # K, width of a top-k row
     slot_mapping: torch.Tensor  # [T] int64, the engine's, for write_kv
     block_table: torch.Tensor  # [num_reqs, max_blocks] int32, the engine's
     req_id: torch.Tensor  # [T] int32 request (block-table row) of each token
     token_kv_len: torch.Tensor  # [T] int32 causal length: positions the token may attend
     kv_len_bound: torch.Tensor  # [T] int32 max(1, min(token_kv_len, topk)): bound of the attended keys
     cu_seqlens_q: torch.Tensor  # [T + 1] int32 = 0..T, every token its own query "sequence"
-    page_table: torch.Tensor  # [T, topk] int32 slot ids, valid first; filled by SparseMLAImpl.forward
-    cache_seqlens: torch.Tensor  # [T] int32 valid slot ids per token; filled by SparseMLAImpl.forward
+    route: Route  # the route serving this step (sparse_mla.routes)
+    plan: Any  # route.plan(T, N, SM count, K): the step's host decisions
+    workspace: Any  # the route's persistent buffers, owned by the builder
+    prepared: Any = None  # what route.prepare made of this step (FA3: page-table views, scheduler metadata)
 
 
 # --------------------------------------------------------------------------------------------------
 # Metadata builder
 
 
+@dataclasses.dataclass(frozen=True)
+class _StepPlan:
+    """Everything about a step that depends only on its padded token count ``T`` (memoized per ``T``)."""
+
+    route: Route
+    plan: Any
+    workspace: Any
+    tokens: torch.Tensor  # [T] int32 0..T-1
+    tokens_plus_one: torch.Tensor  # [T] int32 1..T
+    req_id: torch.Tensor  # [T] views of the builder's buffers
+    token_kv_len: torch.Tensor
+    kv_len_bound: torch.Tensor
+    cu_seqlens_q: torch.Tensor  # [T + 1]
+
+
+PADDING_OFFSET = -(1 << 30)
+"""Causal-length offset of the padding "request" in ``build``: any token's ``offset + t + 1`` stays
+negative (``T < 2**30``), so the clamp to 0 gives padding tokens no valid position, in int32."""
+
+
 class SparseMLAMetadataBuilder:
-    """Builds :class:`SparseMLAMetadata` on the device, into buffers allocated once.
+    """Builds :class:`SparseMLAMetadata` on the device, into buffers allocated once, and plans each step.
 
     ``build`` runs a few PyTorch ops on the device tensors of the step (no host synchronization) and
-    writes into the prefix of persistent buffers, resetting their tail, so a CUDA graph captured around
-    the forward at one padded batch size replays with the contents of a later build.
+    writes into the prefix of persistent buffers, resetting what an earlier, larger step left past it,
+    so a CUDA graph captured around the forward at one padded batch size replays with the contents of a
+    later build. Everything that depends only on the padded token count ``T`` (with the head count,
+    the SM count and the top-k width fixed here) -- the route, its plan (split counts, launch
+    configuration) and the views of the buffers -- is decided on the first step of that ``T`` and
+    reused; the routes' workspaces are allocated here for the largest step.
 
     Parameters
     ----------
@@ -231,34 +252,98 @@ class SparseMLAMetadataBuilder:
         Most query tokens of one step, CUDA-graph padding included (the engine's scheduler budget).
     device : torch.device
         Where the buffers live (the engine's CUDA device).
+    num_heads : int
+        Query heads ``N`` of each layer on this rank (DeepSeek-V3.2: 128 / tensor-parallel size), as
+        the :class:`SparseMLAImpl` of every layer has.
     index_topk : int
         Width of a top-k row (2048 for DeepSeek-V3.2).
+    route : str, optional
+        A name of :data:`sparse_mla.routes.ROUTES` that serves every step, overriding the routing
+        table (tests, the benchmark); ``None``: :func:`sparse_mla.routing.choose_route` per ``T``.
+
+    Raises
+    ------
+    ValueError
+        ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128] or an unknown ``route``.
     """
 
-    def __init__(self, max_num_batched_tokens: int, device: torch.device, index_topk: int = INDEX_TOPK):
+    def __init__(
+        self,
+        max_num_batched_tokens: int,
+        device: torch.device,
+        num_heads: int,
+        index_topk: int = INDEX_TOPK,
+        *,
+        route: Optional[str] = None,
+    ):
         if max_num_batched_tokens < 1:
             raise ValueError(
                 f"sparse_mla: argument 'max_num_batched_tokens' expected >= 1, got {max_num_batched_tokens}"
             )
+        if not 1 <= num_heads <= MAX_NUM_HEADS:
+            raise ValueError(f"sparse_mla: argument 'num_heads' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+        if route is not None and route not in ROUTES:
+            raise ValueError(f"sparse_mla: argument 'route' expected None or one of {tuple(ROUTES)}, got {route!r}")
         self.max_num_tokens = max_num_batched_tokens
+        self.num_heads = num_heads
         self.index_topk = index_topk
         self.device = torch.device(device)
-        # Sizing: one row per token of the largest step, max_tokens = max_num_batched_tokens.
-        #   five per-token int32 buffers: 5 * 4 * max_tokens + 4 bytes (cu_seqlens_q has T + 1 entries);
-        #   page_table: max_tokens * index_topk * 4 bytes = 8 KiB per token (64 MiB at 8192 tokens).
+        self.route_override = route
+        self.num_sms = device_info.num_sms(self.device)
+        # Sizing: one row per token of the largest step, max_tokens = max_num_batched_tokens: four
+        # per-token int32 buffers, 4 * 4 * max_tokens + 4 bytes (cu_seqlens_q has T + 1 entries), plus
+        # the routes' workspaces (sparse_mla.routes.*: e.g. FA3's page table, 8 KiB per token).
         int32 = dict(dtype=torch.int32, device=self.device)
         max_tokens = self.max_num_tokens
         self._cu_seqlens_q = torch.arange(max_tokens + 1, **int32)  # [max_tokens + 1], never changes
         self._req_id = torch.zeros(max_tokens, **int32)  # [max_tokens]
         self._token_kv_len = torch.zeros(max_tokens, **int32)  # [max_tokens]
         self._kv_len_bound = torch.ones(max_tokens, **int32)  # [max_tokens]
-        self._page_table = torch.zeros(max_tokens, index_topk, **int32)  # [max_tokens, topk]
-        self._cache_seqlens = torch.zeros(max_tokens, **int32)  # [max_tokens]
+        self._written_end = 0  # entries past it hold the padding values (0, 0, 1)
+        self._padding_offset = torch.full((1,), PADDING_OFFSET, **int32)  # [1]
+        names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens)
+        self.workspaces: Dict[str, Any] = {
+            name: ROUTES[name].make_workspace(max_tokens, num_heads, self.num_sms, index_topk, self.device)
+            for name in names
+        }
+        self._steps: Dict[int, _StepPlan] = {}
+
+    def step_plan(self, num_tokens: int) -> _StepPlan:
+        """The route, plan and buffer views of a step of ``num_tokens`` padded tokens (made once per ``T``).
+
+        Raises
+        ------
+        ValueError
+            ``num_tokens`` outside ``[0, max_num_batched_tokens]``.
+        """
+        step = self._steps.get(num_tokens)
+        if step is not None:
+            return step
+        if not 0 <= num_tokens <= self.max_num_tokens:
+            raise ValueError(
+                f"sparse_mla: argument 'num_actual_tokens' expected in [0, max_num_batched_tokens = "
+                f"{self.max_num_tokens}], got {num_tokens}"
+            )
+        name = self.route_override or routing.choose_route(self.num_heads, num_tokens)
+        route = ROUTES[name]
+        step = _StepPlan(
+            route=route,
+            plan=route.plan(num_tokens, self.num_heads, self.num_sms, self.index_topk),
+            workspace=self.workspaces[name],
+            tokens=self._cu_seqlens_q[:num_tokens],
+            tokens_plus_one=self._cu_seqlens_q[1 : num_tokens + 1],
+            req_id=self._req_id[:num_tokens],
+            token_kv_len=self._token_kv_len[:num_tokens],
+            kv_len_bound=self._kv_len_bound[:num_tokens],
+            cu_seqlens_q=self._cu_seqlens_q[: num_tokens + 1],
+        )
+        self._steps[num_tokens] = step
+        return step
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
     ) -> SparseMLAMetadata:
-        """Per-token request ids and causal lengths of one step.
+        """Per-token request ids and causal lengths of one step, and its plan.
 
         Token ``t`` of request ``r`` (``query_start_loc[r] <= t < query_start_loc[r + 1]``) may attend
         ``seq_lens[r] - query_start_loc[r + 1] + t + 1`` positions, i.e. ``seq_len - (query_len - 1 - i)``
@@ -288,98 +373,66 @@ class SparseMLAMetadataBuilder:
             )
         common = common_attn_metadata
         num_tokens, num_reqs = common.num_actual_tokens, common.num_reqs
-        if not 0 <= num_tokens <= self.max_num_tokens:
-            raise ValueError(
-                f"sparse_mla: argument 'num_actual_tokens' expected in [0, max_num_batched_tokens = "
-                f"{self.max_num_tokens}], got {num_tokens}"
-            )
-        device = self.device
-        check_tensor("query_start_loc", common.query_start_loc, shape=(num_reqs + 1,), dtype=torch.int32, device=device)
-        check_tensor("seq_lens", common.seq_lens, shape=(num_reqs,), dtype=torch.int32, device=device)
-        check_tensor(
-            "block_table_tensor", common.block_table_tensor, shape=(num_reqs, None), dtype=torch.int32, device=device
-        )
-        check_tensor("slot_mapping", common.slot_mapping, shape=(num_tokens,), dtype=torch.int64, device=device)
+        step = self.step_plan(num_tokens)
+        device = step.tokens.device
+        query_start_loc, seq_lens = common.query_start_loc, common.seq_lens
+        _check_fast("query_start_loc", query_start_loc, (num_reqs + 1,), torch.int32, device)
+        _check_fast("seq_lens", seq_lens, (num_reqs,), torch.int32, device)
+        block_table = common.block_table_tensor
+        if not (isinstance(block_table, torch.Tensor) and block_table.dim() == 2 and block_table.shape[0] == num_reqs
+                and block_table.dtype is torch.int32 and block_table.device == device):
+            check_tensor("block_table_tensor", block_table, shape=(num_reqs, None), dtype=torch.int32, device=device)
+        _check_fast("slot_mapping", common.slot_mapping, (num_tokens,), torch.int64, device)
 
-        tokens = self._cu_seqlens_q[:num_tokens]  # [T] int32: 0..T-1
-        req_id, token_kv_len = self._req_id[:num_tokens], self._token_kv_len[:num_tokens]
         if num_reqs == 0:  # every token is padding
-            req_id.zero_()
-            token_kv_len.zero_()
+            step.req_id.zero_()
+            step.token_kv_len.zero_()
         else:
-            ends = common.query_start_loc[1:]  # [R] int32, non-decreasing
-            is_real = tokens < common.query_start_loc[num_reqs]  # [T] bool, device-side real token count
-            req = torch.searchsorted(ends, tokens, right=True, out_int32=True)  # requests ended at or before t
-            req = torch.where(is_real, req, 0)
-            causal = common.seq_lens[req] - ends[req] + tokens + 1
-            req_id.copy_(req)
-            token_kv_len.copy_(torch.where(is_real, causal.clamp(min=0), 0))
-        self._kv_len_bound[:num_tokens].copy_(token_kv_len.clamp(min=1, max=self.index_topk))
-        self._req_id[num_tokens:].zero_()
-        self._token_kv_len[num_tokens:].zero_()
-        self._kv_len_bound[num_tokens:].fill_(1)
-        self._cache_seqlens[num_tokens:].zero_()
-        return SparseMLAMetadata(
+            ends = query_start_loc[1:]  # [R] int32, non-decreasing
+            # Request of each token: ends at or before t; R for padding tokens (t >= ends[R - 1]).
+            torch.searchsorted(ends, step.tokens, right=True, out_int32=True, out=step.req_id)
+            # Causal length seq_lens[r] - ends[r] + t + 1, through a per-request offset with one more
+            # entry for the padding "request" R whose offset keeps every length negative, then clamped.
+            offsets = torch.cat((torch.sub(seq_lens, ends), self._padding_offset))  # [R + 1]
+            torch.add(torch.index_select(offsets, 0, step.req_id), step.tokens_plus_one, out=step.token_kv_len)
+            step.token_kv_len.clamp_(min=0)
+            step.req_id.remainder_(num_reqs)  # padding: R -> request 0
+        torch.clamp(step.token_kv_len, 1, self.index_topk, out=step.kv_len_bound)
+        if self._written_end > num_tokens:  # reset what a larger step left past this one
+            self._req_id[num_tokens : self._written_end].zero_()
+            self._token_kv_len[num_tokens : self._written_end].zero_()
+            self._kv_len_bound[num_tokens : self._written_end].fill_(1)
+        self._written_end = num_tokens
+        metadata = SparseMLAMetadata(
             num_actual_tokens=num_tokens,
             num_reqs=num_reqs,
+            num_heads=self.num_heads,
+            index_topk=self.index_topk,
             slot_mapping=common.slot_mapping,
-            block_table=common.block_table_tensor,
-            req_id=req_id,
-            token_kv_len=token_kv_len,
-            kv_len_bound=self._kv_len_bound[:num_tokens],
-            cu_seqlens_q=self._cu_seqlens_q[: num_tokens + 1],
-            page_table=self._page_table[:num_tokens],
-            cache_seqlens=self._cache_seqlens[:num_tokens],
+            block_table=block_table,
+            req_id=step.req_id,
+            token_kv_len=step.token_kv_len,
+            kv_len_bound=step.kv_len_bound,
+            cu_seqlens_q=step.cu_seqlens_q,
+            route=step.route,
+            plan=step.plan,
+            workspace=step.workspace,
         )
+        metadata.prepared = step.route.prepare(step.plan, step.workspace, metadata)
+        return metadata
 
 
 # --------------------------------------------------------------------------------------------------
 # Impl
 
 
-def fa3_num_splits(num_tokens: int, num_heads: int, num_sms: int, index_topk: int = INDEX_TOPK) -> int:
-    """FA3 split-KV count: just enough CTAs for one per SM, with a bounded fp32 workspace.
-
-    FA3 packs the ``N`` heads of a one-token query into ``ceil(N / 64)`` row tiles, so a batch has
-    ``tiles = T * ceil(N / 64)`` tiles. Splitting each tile's keys ``s`` ways runs ``s * tiles`` CTAs:
-    ``s = ceil(num_sms / tiles)``, at most ``index_topk / 64`` (every split keeps at least one 64-key
-    tile), and 1 once the tiles alone fill the SMs. The result depends only on (T, N, SMs), so a
-    CUDA graph keeps its kernel configuration.
-
-    Workspace bound: for ``s > 1`` FA3 allocates ``out_accum [s, N, T, 512]`` and ``lse_accum [s, N, T]``
-    in fp32, ``s * N * T * 513 * 4`` bytes. Since ``s > 1`` only when ``tiles < num_sms``,
-    ``s * tiles < 2 * num_sms`` and ``N * T <= 64 * tiles``, the workspace stays below
-    ``2 * num_sms * 64 * 513 * 4 = 262,656 * num_sms`` bytes (34.7 MB on the H200's 132 SMs) for any
-    ``T``; FA3's own heuristic assumes a batch of one for varlen inputs and can ask for 32+ splits of
-    every token (8.6 GB at T = 1024, N = 128).
-
-    Parameters
-    ----------
-    num_tokens : int
-        Padded query tokens ``T``.
-    num_heads : int
-        Query heads ``N``.
-    num_sms : int
-        Streaming multiprocessors of the device.
-    index_topk : int
-        Keys per token at most.
-
-    Returns
-    -------
-    int
-        The split count, ``>= 1``.
-    """
-    tiles = max(num_tokens, 1) * -(-num_heads // FA3_TILE_M)
-    max_splits = max(index_topk // FA3_TILE_N, 1)
-    return max(1, min(-(-num_sms // tiles), max_splits))
-
-
 class SparseMLAImpl:
-    """Sparse MLA attention of one layer, on the kernel :func:`sparse_mla.routing.choose_kernel` picks.
+    """Sparse MLA attention of one layer, on the route its step's metadata carries.
 
-    FA3 path: index conversion into the builder's page table, then FA3 (two launches plus FA3's own).
-    Triton path: the fused kernel of :mod:`sparse_mla.kernels.sparse_mla_attention`, which reads the
-    request-local indices directly.
+    ``forward`` validates its arguments and calls the route's ``run`` (:mod:`sparse_mla.routes`): on
+    the FA3 route the index conversion into the step's page table, then FA3; on the Triton route the
+    fused kernel of :mod:`sparse_mla.kernels.sparse_mla_attention`, which reads the request-local
+    indices directly.
 
     Parameters
     ----------
@@ -446,6 +499,7 @@ class SparseMLAImpl:
         self.softmax_scale = softmax_scale
         self.check_indices = check_indices
 
+
     def forward(
         self,
         q: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]],
@@ -458,8 +512,8 @@ class SparseMLAImpl:
         """Attend each query token to the cache slots its top-k row selects.
 
         No host synchronization (unless ``check_indices``) and, when ``output`` is given and
-        ``return_lse`` is False, no allocation beyond the kernels' own workspaces: capturable in a CUDA
-        graph, with the same kernels for the same padded size.
+        ``return_lse`` is False, no allocation beyond FA3's own split workspace: capturable in a CUDA
+        graph, with the same kernels and buffers for the same padded size (the step's plan).
 
         Parameters
         ----------
@@ -469,7 +523,7 @@ class SparseMLAImpl:
         kv_cache : torch.Tensor
             `[num_blocks, 64, 576]` bf16, contiguous.
         attn_metadata : SparseMLAMetadata
-            From :meth:`SparseMLAMetadataBuilder.build` for this step.
+            From :meth:`SparseMLAMetadataBuilder.build` for this step, planned for this layer's ``N``.
         topk_indices : torch.Tensor
             `[T, topk]` int32 request-local positions, ``-1`` = none, anywhere in the row.
         output : torch.Tensor, optional
@@ -483,73 +537,45 @@ class SparseMLAImpl:
             `[T, N, 512]` bf16; zero for a token without valid positions.
         lse : torch.Tensor
             Only with ``return_lse``: `[T, N]` fp32 natural log, ``-inf`` for a token without valid
-            positions (on the FA3 path a transposed view of FA3's `[N, T]`).
+            positions.
 
         Raises
         ------
         TypeError, ValueError
-            A tensor has the wrong shape, dtype or device; the message names it.
+            A tensor has the wrong shape, dtype or device, or the metadata was planned for another
+            head count; the message names the argument.
         """
         q_nope, q_rope = self._split_q(q)
-        num_tokens = attn_metadata.num_actual_tokens
-        topk = attn_metadata.page_table.shape[1]
-        check_tensor("q_nope", q_nope, shape=(num_tokens, self.num_heads, KV_LORA_RANK), dtype=torch.bfloat16)
-        check_tensor("q_rope", q_rope, shape=(num_tokens, self.num_heads, QK_ROPE_HEAD_DIM), dtype=torch.bfloat16)
-        check_tensor("kv_cache", kv_cache, shape=(None, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE), dtype=torch.bfloat16)
-        check_tensor("topk_indices", topk_indices, shape=(num_tokens, topk), dtype=torch.int32)
-        if output is not None:
-            check_tensor("output", output, shape=(num_tokens, self.num_heads, KV_LORA_RANK), dtype=torch.bfloat16)
-        if not kv_cache.is_contiguous():  # both kernels address slot s at s * 576 elements
+        metadata = attn_metadata
+        num_tokens, num_heads = metadata.num_actual_tokens, self.num_heads
+        if metadata.num_heads != num_heads:
+            raise ValueError(
+                f"sparse_mla: argument 'attn_metadata' expected a step planned for num_heads = {num_heads}, "
+                f"got {metadata.num_heads} (the builder's num_heads)"
+            )
+        device = metadata.req_id.device
+        _check_fast("q_nope", q_nope, (num_tokens, num_heads, KV_LORA_RANK), torch.bfloat16, device)
+        _check_fast("q_rope", q_rope, (num_tokens, num_heads, QK_ROPE_HEAD_DIM), torch.bfloat16, device)
+        if not (isinstance(kv_cache, torch.Tensor) and kv_cache.dim() == 3 and kv_cache.shape[1:] == _CACHE_BLOCK_SHAPE
+                and kv_cache.dtype is torch.bfloat16 and kv_cache.device == device):
+            check_tensor("kv_cache", kv_cache, shape=(None, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE), dtype=torch.bfloat16,
+                         device=device)
+        _check_fast("topk_indices", topk_indices, (num_tokens, metadata.index_topk), torch.int32, device)
+        if output is None:
+            output = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
+        else:
+            _check_fast("output", output, (num_tokens, num_heads, KV_LORA_RANK), torch.bfloat16, device)
+        if not kv_cache.is_contiguous():  # every kernel addresses slot s at s * 576 elements
             raise ValueError(
                 f"sparse_mla: argument 'kv_cache' expected contiguous strides "
                 f"({KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE}, {KV_CACHE_HEAD_SIZE}, 1), got {kv_cache.stride()}"
             )
-        device = attn_metadata.page_table.device
-        for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("kv_cache", kv_cache), ("topk_indices", topk_indices)):
-            check_tensor(name, tensor, device=device)
-
-        if routing.choose_kernel(self.num_heads, num_tokens) == "triton":
-            # The fused kernel converts the indices itself: no page table, no second launch.
-            if self.check_indices:
-                check_topk_indices(topk_indices, attn_metadata.req_id, attn_metadata.token_kv_len,
-                                   attn_metadata.block_table, kv_cache.shape[0])
-            return sparse_mla_attention(
-                q_nope, q_rope, kv_cache, topk_indices,
-                attn_metadata.req_id, attn_metadata.token_kv_len, attn_metadata.block_table,
-                self.softmax_scale, out=output, return_lse=return_lse,
-            )
-        topk_to_slots(
-            topk_indices,
-            attn_metadata.req_id,
-            attn_metadata.token_kv_len,
-            attn_metadata.block_table,
-            kv_cache.shape[0],
-            slot_ids=attn_metadata.page_table,
-            valid_count=attn_metadata.cache_seqlens,
-            check=self.check_indices,
-        )
-        # Page size 1: every cache slot is one "page" of one key; keys are the rotary part, values the latent.
-        k_cache = kv_cache[..., KV_LORA_RANK:].view(-1, 1, 1, QK_ROPE_HEAD_DIM)  # [num_blocks * 64, 1, 1, 64]
-        v_cache = kv_cache[..., :KV_LORA_RANK].view(-1, 1, 1, KV_LORA_RANK)  # [num_blocks * 64, 1, 1, 512]
-        result = fa3.flash_attn_with_kvcache(
-            q_rope,
-            k_cache=k_cache,
-            v_cache=v_cache,
-            qv=q_nope,
-            page_table=attn_metadata.page_table,
-            cache_seqlens=attn_metadata.cache_seqlens,
-            cu_seqlens_q=attn_metadata.cu_seqlens_q,
-            max_seqlen_q=1,
-            softmax_scale=self.softmax_scale,
-            causal=False,
-            num_splits=fa3_num_splits(num_tokens, self.num_heads, device_info.num_sms(device), topk),
-            return_softmax_lse=return_lse,
-            out=output,
-        )
-        if not return_lse:
-            return result
-        out, lse = result
-        return out, lse.transpose(0, 1)
+        if self.check_indices:
+            check_topk_indices(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table,
+                               kv_cache.shape[0])
+        lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=device) if return_lse else None
+        metadata.route.run(q_nope, q_rope, kv_cache, topk_indices, metadata, self.softmax_scale, output, lse)
+        return (output, lse) if return_lse else output
 
     @staticmethod
     def _split_q(q: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -560,3 +586,15 @@ class SparseMLAImpl:
             return q[0], q[1]
         check_tensor("q", q, shape=(None, None, KV_CACHE_HEAD_SIZE))
         return q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]
+
+
+_CACHE_BLOCK_SHAPE = (KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
+"""``kv_cache.shape[1:]``."""
+
+
+def _check_fast(name: str, tensor: object, shape: Tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+    """:func:`sparse_mla.checks.check_tensor` for an exact shape, dtype and device, at the cost of three
+    comparisons when the tensor is right (the per-layer path); its message when it is not."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.shape == shape and tensor.dtype is dtype
+            and tensor.device == device):
+        check_tensor(name, tensor, shape=shape, dtype=dtype, device=device)

@@ -29,8 +29,10 @@ Numerics: fully masked tiles use a zero base instead of ``-inf`` (no ``inf - inf
 valid position gets ``out = 0`` and ``lse = -inf``; padded heads load zero queries and are not stored.
 
 CUDA graphs: no host synchronization, no data-dependent shapes; the launch configuration depends on
-``(T, N, SM count, K)`` only. The split-KV workspace (:class:`SplitWorkspace`) is allocated once and
-reused, so its addresses stay fixed between capture and replay; see :func:`sparse_mla_attention`.
+``(T, N, SM count, K)`` only. The split-KV workspace (:class:`SplitWorkspace`) belongs to the caller
+(the backend's metadata builder allocates one at its largest size), so its addresses stay fixed between
+capture and replay; see :func:`sparse_mla_attention`. :func:`launch` runs a resolved
+:class:`LaunchPlan` on checked arguments: what the backend calls once per layer.
 
 Triton's interpreter (CPU tests): bf16 ``tl.dot`` is wrong there, so the kernel upcasts its dot
 operands to fp32 under the ``DOT_FP32`` constexpr (:mod:`sparse_mla.kernels.triton_support`); loops
@@ -47,9 +49,8 @@ Example
 """
 
 import dataclasses
-import functools
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import triton
@@ -426,7 +427,6 @@ class LaunchConfig:
     num_stages: int  # Triton's pipelining depth; KV tiles are prefetched (num_stages - 1) // 3 steps ahead
 
 
-@functools.lru_cache(maxsize=4096)
 def default_launch_config(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> LaunchConfig:
     """The launch configuration used when the caller gives none; a function of its arguments only.
 
@@ -609,28 +609,6 @@ class SplitWorkspace:
         return all(n <= h for n, h in zip(sizes, have))
 
 
-_default_workspaces: Dict[torch.device, SplitWorkspace] = {}
-_retired_workspaces: List[SplitWorkspace] = []  # kept alive: graphs captured earlier may still use them
-
-
-def _default_workspace(device: torch.device, sizes: Tuple[int, int, int]) -> SplitWorkspace:
-    """The per-device workspace used when the caller passes none; grows (outside graph capture) on demand."""
-    ws = _default_workspaces.get(device)
-    if ws is not None and ws.fits(sizes):
-        return ws
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(
-            "sparse_mla: the default split-KV workspace is too small for this call and cannot grow during CUDA "
-            "graph capture: run the largest shape once before capturing, or pass workspace=SplitWorkspace(...)"
-        )
-    if ws is not None:
-        _retired_workspaces.append(ws)
-        sizes = tuple(max(n, h) for n, h in zip(sizes, (ws.partial_out.numel(), ws.partial_lse.numel(), ws.counters.numel())))
-    ws = SplitWorkspace(device, *sizes)
-    _default_workspaces[device] = ws
-    return ws
-
-
 # --------------------------------------------------------------------------------------------------
 # Public entry point
 
@@ -697,8 +675,9 @@ def sparse_mla_attention(
     config : LaunchConfig, optional
         Full launch configuration; :func:`default_launch_config` of ``(T, N, SM count, K)`` when ``None``.
     workspace : SplitWorkspace, optional
-        Split-KV scratch. When ``None`` a per-device default is used that grows on demand outside graph
-        capture (earlier buffers are kept alive for graphs that captured them).
+        Split-KV scratch. When ``None`` and the configuration splits, one is allocated for this call
+        (zeroed counters: one more launch, and an allocation in a captured graph's private pool); pass
+        one (e.g. :meth:`SplitWorkspace.for_max_tokens`) to reuse it across calls.
     _ablate : sequence of str
         Benchmark only (``tools/bench.py --ablate``): names of :data:`ABLATIONS` to drop; wrong results.
     _compiled : list, optional
@@ -717,8 +696,6 @@ def sparse_mla_attention(
     ValueError
         A shape, stride or device is wrong, ``N`` is outside ``[1, 128]``, the launch configuration is
         invalid, or the given workspace is too small.
-    RuntimeError
-        The default workspace would have to grow during CUDA graph capture.
 
     Example
     -------
@@ -761,25 +738,62 @@ def sparse_mla_attention(
     unknown = [name for name in _ablate if name not in ABLATIONS]
     if unknown:
         raise ValueError(f"sparse_mla: argument '_ablate' expected names of {sorted(ABLATIONS)}, got {unknown}")
-    ablate_flags = {ABLATIONS[name]: True for name in _ablate if ABLATIONS[name] is not None}
     plan = plan_launch(num_heads, topk, config)
-    if num_tokens == 0:
-        return (out, lse) if return_lse else out
+    sizes = SplitWorkspace.sizes(num_tokens, num_heads, topk, config)
+    if workspace is None:
+        workspace = SplitWorkspace(q_nope.device, *sizes) if plan.num_splits > 1 and num_tokens else None
+    elif not workspace.fits(sizes):
+        raise ValueError(
+            f"sparse_mla: argument 'workspace' expected room for (partial values, partial LSEs, counters) = "
+            f"{sizes}, got {(workspace.partial_out.numel(), workspace.partial_lse.numel(), workspace.counters.numel())}"
+        )
+    compiled = launch(plan, q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
+                      out, lse, workspace, _ablate=_ablate)
+    if _compiled is not None and compiled is not None:
+        _compiled.append(compiled)
+    return (out, lse) if return_lse else out
 
+
+def launch(
+    plan: LaunchPlan,
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    softmax_scale: float,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+    workspace: Optional[SplitWorkspace],
+    *,
+    _ablate: Sequence[str] = (),
+):
+    """Launch the kernel of a resolved :class:`LaunchPlan` on arguments the caller has checked.
+
+    The per-layer half of :func:`sparse_mla_attention` (same arguments and meanings): no checks, no
+    planning, so a caller that plans once per step (the backend's metadata builder) and validates once
+    per call pays only for the launch. ``workspace`` must hold :meth:`SplitWorkspace.sizes` of the
+    call when ``plan.num_splits > 1`` (unused otherwise); ``lse`` is written when given.
+
+    Returns
+    -------
+    triton.compiler.CompiledKernel or None
+        The launched kernel (``None`` when ``T = 0``: nothing is launched).
+    """
+    num_tokens, num_heads = q_nope.shape[0], q_nope.shape[1]
+    if num_tokens == 0:
+        return None
+    topk = topk_indices.shape[1]
+    config = plan.config
     split = plan.num_splits > 1
     if split:
-        sizes = SplitWorkspace.sizes(num_tokens, num_heads, topk, config)
-        if workspace is None:
-            workspace = _default_workspace(q_nope.device, sizes)
-        elif not workspace.fits(sizes):
-            raise ValueError(
-                f"sparse_mla: argument 'workspace' expected room for (partial values, partial LSEs, counters) = "
-                f"{sizes}, got {(workspace.partial_out.numel(), workspace.partial_lse.numel(), workspace.counters.numel())}"
-            )
         part_out, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
     else:
         part_out = part_lse = counters = out  # not dereferenced: SPLIT is off
     lse_arg = out if lse is None else lse  # not dereferenced without HAS_LSE
+    ablate_flags = {ABLATIONS[name]: True for name in _ablate if ABLATIONS[name] is not None}
 
     grid = (num_tokens * plan.num_programs_per_token,)
     compiled = _sparse_mla_attention_kernel[grid](
@@ -817,6 +831,4 @@ def sparse_mla_attention(
         num_stages=(config.num_stages - 1) // LOAD_CHAIN_LEVELS + 1 if "gather" in _ablate else config.num_stages,
         **ablate_flags,
     )
-    if _compiled is not None:
-        _compiled.append(compiled)
-    return (out, lse) if return_lse else out
+    return compiled

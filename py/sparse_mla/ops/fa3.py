@@ -1,4 +1,5 @@
-"""FA3 (SGLang's sgl-attn FlashAttention-3 for Hopper) as the torch op ``sparse_mla_fa3::fwd``.
+"""FA3 (SGLang's sgl-attn FlashAttention-3 for Hopper) as the torch ops ``sparse_mla_fa3::fwd`` and
+``sparse_mla_fa3::get_scheduler_metadata``, and how sparse MLA maps onto them.
 
 The op library is built by Bazel (``bazel build //py:sparse_mla --config=sm90`` puts
 ``cc/libsparse_mla_fa3.so`` beside this package in the runfiles); outside Bazel, point
@@ -6,7 +7,10 @@ The op library is built by Bazel (``bazel build //py:sparse_mla --config=sm90`` 
 
 Sparse MLA maps onto FA3's paged-KV decode: ``q`` = q_rope, ``qv`` = q_nope, ``k_cache`` = k_rope
 and ``v_cache`` = c_kv viewed as pages of one slot, ``page_table`` = each token's global slot ids
-(valid ones first) and ``cache_seqlens`` = their count; every query token is a sequence of length 1.
+(valid ones first) and ``cache_seqlens`` = their count; every query token is a sequence of length 1
+(:func:`sparse_mla_fwd`). Its split count (:func:`choose_num_splits`) and tile-scheduler metadata
+(:func:`sparse_mla_scheduler_metadata`) depend only on the step, so they are computed once per step
+and shared by every layer.
 """
 
 import dataclasses
@@ -18,11 +22,27 @@ from typing import Optional, Tuple, Union
 import torch
 
 from sparse_mla.checks import check_same_device, check_tensor
+from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 
 LIBRARY_NAME = "libsparse_mla_fa3.so"
 LIBRARY_ENV = "SPARSE_MLA_FA3_LIBRARY"
 REQUIRED_MAJOR_CAPABILITY = 9
 """The kernels are compiled for sm_90a only, which runs on Hopper (compute capability 9.x) alone."""
+
+TILE_M = 64
+"""Query rows per FA3 tile for head dim 64 / value dim 512 in bf16 (sgl-attn ``hopper/tile_size.h``)."""
+
+TILE_N = 64
+"""KV rows per FA3 tile for the same kernel; a split covers at least one such tile."""
+
+ACCUM_BYTES_PER_ROW = (KV_LORA_RANK + 1) * 4
+"""FA3's fp32 split workspace per (split, head, token): the partial output (512) and its LSE (1)."""
+
+SCHEDULER_VECTORS = 3
+"""Per-sequence int32 vectors of FA3's varlen scheduler metadata on sm_90 for non-causal, non-local
+attention: dynamic split count, query tiles, sorted sequence order (sgl-attn 10d78675
+``hopper/flash_api.cpp``, ``mha_fwd``: ``num_prepare_batch_vectors``; the head-swizzle vector is only
+there for causal or local attention)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +101,13 @@ def is_available() -> Availability:
     return Availability(True)
 
 
+@functools.lru_cache(maxsize=None)
+def _ops() -> Tuple[torch._ops.OpOverload, torch._ops.OpOverload]:
+    """``(fwd, get_scheduler_metadata)`` overloads, resolved once (the attribute lookups cost host time)."""
+    namespace = torch.ops.sparse_mla_fa3
+    return namespace.fwd.default, namespace.get_scheduler_metadata.default
+
+
 def _register_fake() -> None:
     """Shape-only implementation so ``torch.compile`` can trace through the op."""
 
@@ -94,6 +121,195 @@ def _register_fake() -> None:
         else:  # [batch, seqlen_q, heads, dim]
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
         return result, lse, q.new_empty((0,), dtype=torch.float32), q.new_empty((0,), dtype=torch.float32)
+
+    @torch.library.register_fake("sparse_mla_fa3::get_scheduler_metadata")
+    def _get_scheduler_metadata_fake(batch_size, *args):
+        seqused_k = args[7]
+        return seqused_k.new_empty((scheduler_metadata_size(batch_size),), dtype=torch.int32)
+
+
+# --------------------------------------------------------------------------------------------------
+# The sparse-MLA step plan: split count and scheduler metadata
+
+
+def choose_num_splits(num_tokens: int, num_heads: int, num_sms: int, index_topk: int = INDEX_TOPK) -> int:
+    """FA3 split-KV count for sparse MLA: just enough CTAs for one per SM, with a bounded fp32 workspace.
+
+    FA3 packs the ``N`` heads of a one-token query into ``ceil(N / 64)`` row tiles, so a batch has
+    ``tiles = T * ceil(N / 64)`` tiles. Splitting each tile's keys ``s`` ways runs ``s * tiles`` CTAs:
+    ``s = ceil(num_sms / tiles)``, at most ``index_topk / 64`` (every split keeps at least one 64-key
+    tile), and 1 once the tiles alone fill the SMs. The result depends only on (T, N, SMs), so a
+    CUDA graph keeps its kernel configuration.
+
+    Workspace bound: for ``s > 1`` FA3 allocates ``out_accum [s, N, T, 512]`` and ``lse_accum [s, N, T]``
+    in fp32, ``s * N * T * 513 * 4`` bytes. Since ``s > 1`` only when ``tiles < num_sms``,
+    ``s * tiles < 2 * num_sms`` and ``N * T <= 64 * tiles``, the workspace stays below
+    ``2 * num_sms * 64 * 513 * 4 = 262,656 * num_sms`` bytes (34.7 MB on the H200's 132 SMs) for any
+    ``T``; FA3's own heuristic assumes a batch of one for varlen inputs and can ask for 32+ splits of
+    every token (8.6 GB at T = 1024, N = 128).
+
+    Parameters
+    ----------
+    num_tokens : int
+        Padded query tokens ``T``.
+    num_heads : int
+        Query heads ``N``.
+    num_sms : int
+        Streaming multiprocessors of the device.
+    index_topk : int
+        Keys per token at most.
+
+    Returns
+    -------
+    int
+        The split count, ``>= 1``.
+    """
+    tiles = max(num_tokens, 1) * -(-num_heads // TILE_M)
+    max_splits = max(index_topk // TILE_N, 1)
+    return max(1, min(-(-num_sms // tiles), max_splits))
+
+
+def scheduler_metadata_size(num_tokens: int) -> int:
+    """int32 entries of FA3's scheduler metadata for ``num_tokens`` one-token sequences (sm_90, varlen,
+    non-causal): :data:`SCHEDULER_VECTORS` vectors of ``T`` rounded up to 4 entries, then the tile
+    semaphore (sgl-attn 10d78675 ``hopper/flash_api.cpp``, ``mha_fwd``: ``metadata_size``)."""
+    return SCHEDULER_VECTORS * (-(-num_tokens // 4) * 4) + 1
+
+
+def sparse_mla_scheduler_metadata(
+    kv_len_bound: torch.Tensor, cu_seqlens_q: torch.Tensor, num_heads: int, index_topk: int, num_splits: int
+) -> torch.Tensor:
+    """FA3's tile-scheduler metadata for one sparse-MLA step, shared by all its layers.
+
+    One launch of FA3's scheduling kernel (``mha_fwd_get_scheduler_metadata``). FA3 plans with these
+    per-sequence key counts; every layer then runs with its own ``cache_seqlens <= kv_len_bound``:
+    the kernel cuts each sequence's actual key tiles into the planned number of splits, and a split
+    left without keys stores a zero output with LSE ``-inf``, which the combine weighs 0 (sgl-attn
+    10d78675 ``hopper/block.h`` ``get_n_block_min_max``, ``flash_fwd_kernel_sm90.h`` ``store_zero``),
+    so planning with an upper bound gives the exact result.
+
+    Parameters
+    ----------
+    kv_len_bound : torch.Tensor
+        `[T]` int32 upper bound of each token's valid slot count (``1 <= bound <= index_topk``), CUDA.
+    cu_seqlens_q : torch.Tensor
+        `[T + 1]` int32 ``0..T``: every token its own query sequence.
+    num_heads : int
+        Query heads ``N``.
+    index_topk : int
+        Width of the page table (FA3's ``max_seqlen_k`` with pages of one slot).
+    num_splits : int
+        The split count :func:`sparse_mla_fwd` will be called with (:func:`choose_num_splits`).
+
+    Returns
+    -------
+    torch.Tensor
+        `[scheduler_metadata_size(T)]` int32, newly allocated.
+
+    Raises
+    ------
+    RuntimeError
+        FA3 is not available here, or ``T`` is 0 (FA3 cannot launch an empty grid).
+    """
+    availability = is_available()
+    if not availability:
+        raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
+    num_tokens = kv_len_bound.shape[0]
+    if num_tokens == 0:
+        raise RuntimeError("sparse_mla: FA3 scheduler metadata needs at least one token, got T = 0")
+    return _ops()[1](
+        num_tokens, 1, index_topk,  # batch_size, max_seqlen_q, max_seqlen_k (page table width x page size 1)
+        num_heads, 1, QK_ROPE_HEAD_DIM, KV_LORA_RANK,  # num_heads, num_heads_k, headdim, headdim_v
+        torch.bfloat16, kv_len_bound,  # qkv_dtype, seqused_k
+        cu_seqlens_q, None, None, None, None,  # cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new, seqused_q, leftpad_k
+        1, 0, False,  # page_size, max_seqlen_k_new, is_causal
+        -1, -1, 0,  # window_size_left, window_size_right, attention_chunk
+        False, num_splits, None, 0,  # has_softcap, num_splits, pack_gqa (FA3's rule, as in fwd), sm_margin
+    )
+
+
+def sparse_mla_fwd(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    page_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    softmax_scale: float,
+    num_splits: int,
+    scheduler_metadata: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA on FA3: each token attends the first ``cache_seqlens[t]`` slots of its page-table row.
+
+    A launcher for callers that validated their arguments (the backend's FA3 route, the benchmark):
+    no checks beyond FA3's own. The cache is viewed as pages of one slot: keys the rotary part
+    `[num_blocks * 64, 1, 1, 64]`, values the latent part `[num_blocks * 64, 1, 1, 512]`.
+
+    Parameters
+    ----------
+    q_nope : torch.Tensor
+        `[T, N, 512]` bf16, unit last stride.
+    q_rope : torch.Tensor
+        `[T, N, 64]` bf16, unit last stride.
+    kv_cache : torch.Tensor
+        `[num_blocks, 64, 576]` bf16, contiguous.
+    page_table : torch.Tensor
+        `[T, topk]` int32 slot ids, valid ones first, all in ``[0, num_blocks * 64)``.
+    cache_seqlens : torch.Tensor
+        `[T]` int32 valid slot count of each row.
+    cu_seqlens_q : torch.Tensor
+        `[T + 1]` int32 ``0..T``.
+    softmax_scale : float
+        Score scale.
+    num_splits : int
+        Split-KV count (:func:`choose_num_splits`); must equal the one ``scheduler_metadata`` was made for.
+    scheduler_metadata : torch.Tensor, optional
+        From :func:`sparse_mla_scheduler_metadata` for this step; ``None``: FA3 runs its scheduling
+        kernel itself (one more launch).
+    out : torch.Tensor, optional
+        `[T, N, 512]` bf16, written in place.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``out`` `[T, N, 512]` bf16 and FA3's LSE `[N, T]` fp32.
+
+    Raises
+    ------
+    RuntimeError
+        FA3 is not available here (the reason is in the message) or FA3 rejects the arguments.
+    """
+    availability = is_available()
+    if not availability:
+        raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
+    slots = kv_cache.shape[0] * kv_cache.shape[1]
+    k_cache = kv_cache[..., KV_LORA_RANK:].view(slots, 1, 1, QK_ROPE_HEAD_DIM)
+    v_cache = kv_cache[..., :KV_LORA_RANK].view(slots, 1, 1, KV_LORA_RANK)
+    out, lse, _, _ = _fwd(q_rope, k_cache, v_cache, q_nope, out, cu_seqlens_q, cache_seqlens, 1, page_table,
+                          softmax_scale, False, scheduler_metadata, num_splits)
+    return out, lse
+
+
+def _fwd(q, k_cache, v_cache, qv, out, cu_seqlens_q, cache_seqlens, max_seqlen_q, page_table, softmax_scale, causal,
+         scheduler_metadata, num_splits):
+    """``sparse_mla_fa3::fwd`` with the arguments sparse MLA uses, the others at FA3's defaults."""
+    return _ops()[0](
+        q, k_cache, v_cache,
+        None, None, qv, out,  # k_new, v_new, q_v, out
+        cu_seqlens_q, None, None,  # cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new
+        None, cache_seqlens,  # seqused_q, seqused_k
+        max_seqlen_q, None,  # max_seqlen_q, max_seqlen_k
+        page_table, None, None,  # page_table, kv_batch_idx, leftpad_k
+        None, None, None,  # rotary_cos, rotary_sin, seqlens_rotary
+        None, None, None,  # q_descale, k_descale, v_descale
+        softmax_scale, causal,
+        -1, -1, 0,  # window_size_left, window_size_right, attention_chunk
+        0.0, True,  # softcap, is_rotary_interleaved
+        scheduler_metadata, num_splits, None, 0,  # scheduler_metadata, num_splits, pack_gqa, sm_margin
+        None,  # sinks
+    )
 
 
 def flash_attn_with_kvcache(
@@ -109,6 +325,7 @@ def flash_attn_with_kvcache(
     softmax_scale: Optional[float] = None,
     causal: bool = False,
     num_splits: int = 0,
+    scheduler_metadata: Optional[torch.Tensor] = None,
     return_softmax_lse: bool = False,
     out: Optional[torch.Tensor] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
@@ -143,6 +360,9 @@ def flash_attn_with_kvcache(
     num_splits : int
         Split-KV partitions; 0 lets FA3's heuristic choose, 1 disables split-KV. Each split adds
         an fp32 partial output of ``B·seqlen_q·N·dv·4`` bytes to the workspace.
+    scheduler_metadata : torch.Tensor, optional
+        int32 tile-scheduler metadata of this batch shape (``sparse_mla_fa3::get_scheduler_metadata``,
+        made with the same ``num_splits``); ``None``: FA3 computes it (one more launch).
     return_softmax_lse : bool
         Also return the log-sum-exp of the scaled scores.
     out : torch.Tensor, optional
@@ -176,6 +396,7 @@ def flash_attn_with_kvcache(
         ("page_table", page_table, torch.int32),
         ("cache_seqlens", cache_seqlens, torch.int32),
         ("cu_seqlens_q", cu_seqlens_q, torch.int32),
+        ("scheduler_metadata", scheduler_metadata, torch.int32),
         ("out", out, torch.bfloat16),
     ):
         if t is not None:
@@ -186,19 +407,6 @@ def flash_attn_with_kvcache(
         raise ValueError("sparse_mla: argument 'max_seqlen_q' expected an int with cu_seqlens_q, got None")
     if softmax_scale is None:
         softmax_scale = (q.shape[-1] + (qv.shape[-1] if qv is not None else 0)) ** -0.5
-    out, softmax_lse, *_ = torch.ops.sparse_mla_fa3.fwd(
-        q, k_cache, v_cache,
-        None, None, qv, out,  # k_new, v_new, q_v, out
-        cu_seqlens_q, None, None,  # cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new
-        None, cache_seqlens,  # seqused_q, seqused_k
-        max_seqlen_q, None,  # max_seqlen_q, max_seqlen_k
-        page_table, None, None,  # page_table, kv_batch_idx, leftpad_k
-        None, None, None,  # rotary_cos, rotary_sin, seqlens_rotary
-        None, None, None,  # q_descale, k_descale, v_descale
-        softmax_scale, causal,
-        -1, -1, 0,  # window_size_left, window_size_right, attention_chunk
-        0.0, True,  # softcap, is_rotary_interleaved
-        None, num_splits, None, 0,  # scheduler_metadata, num_splits, pack_gqa, sm_margin
-        None,  # sinks
-    )
+    out, softmax_lse, _, _ = _fwd(q, k_cache, v_cache, qv, out, cu_seqlens_q, cache_seqlens, max_seqlen_q, page_table,
+                                  softmax_scale, causal, scheduler_metadata, num_splits)
     return (out, softmax_lse) if return_softmax_lse else out

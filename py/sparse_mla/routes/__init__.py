@@ -1,0 +1,69 @@
+"""The attention routes a step can take, and what each one is made of.
+
+A route serves a whole step (``T`` padded query tokens of ``N`` heads) with one family of kernels. The
+metadata builder decides everything that depends only on ``(T, N, SM count, top-k)`` once per step, not
+once per layer; a route therefore is:
+
+* ``plan(num_tokens, num_heads, num_sms, topk) -> frozen dataclass``: the host decisions of a step
+  (split counts, launch configuration, workspace sizes); a pure function, memoized by the builder;
+* ``make_workspace(max_num_tokens, num_heads, num_sms, topk, device)``: the route's persistent device
+  buffers, allocated once by the builder for its largest step (CUDA graphs see fixed addresses);
+* ``prepare(plan, workspace, metadata)``: device work done once per step in ``build`` (FA3: its
+  tile-scheduler metadata); returns what ``run`` needs of it (``metadata.prepared``);
+* ``run(q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse)``: one layer's
+  launches on arguments ``SparseMLAImpl.forward`` validated; writes ``out`` (and ``lse`` when given);
+* ``is_available()`` and ``fallback``: where a route cannot run here (its extension not built, not
+  Hopper), :mod:`sparse_mla.routing` takes its fallback instead.
+
+The routing table (:mod:`sparse_mla.routing`) names routes by the keys of :data:`ROUTES`. Adding a
+route is one module with those functions and one entry here.
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+from sparse_mla.routes import fa3_route, triton_route
+
+
+def _nothing_to_prepare(plan: Any, workspace: Any, metadata: Any) -> None:
+    """``prepare`` of a route without per-step device work."""
+    return None
+
+
+def _always_available() -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One way of serving a step; see the module docstring for each function's contract."""
+
+    name: str
+    plan: Callable[[int, int, int, int], Any]
+    make_workspace: Callable[[int, int, int, int, torch.device], Any]
+    run: Callable[..., None]
+    prepare: Callable[[Any, Any, Any], Any] = _nothing_to_prepare
+    is_available: Callable[[], Any] = _always_available  # truthy when the route runs here
+    fallback: Optional[str] = None  # route taken instead where this one is unavailable
+
+
+ROUTES: Dict[str, Route] = {
+    "fa3": Route(
+        name="fa3",
+        plan=fa3_route.plan,
+        make_workspace=fa3_route.Workspace.for_max_tokens,
+        prepare=fa3_route.prepare,
+        run=fa3_route.run,
+        is_available=fa3_route.is_available,
+        fallback="triton",
+    ),
+    "triton": Route(
+        name="triton",
+        plan=triton_route.plan,
+        make_workspace=triton_route.make_workspace,
+        run=triton_route.run,
+    ),
+}
+"""Every route, by routing-table name; on a timing tie the routing table prefers the earlier one."""

@@ -1,0 +1,105 @@
+"""The FA3 route: index conversion into a page table of slot ids, then FA3 (sgl-attn) with pages of one
+slot (:mod:`sparse_mla.ops.fa3`).
+
+Per step (``prepare``, once for all layers): FA3's tile-scheduler metadata, planned on each token's key
+bound ``kv_len_bound`` (an upper bound of every layer's valid slot count), copied into this route's
+persistent buffer. Per layer (``run``): the conversion kernel
+(:func:`~sparse_mla.kernels.topk_to_slots.topk_to_slots`) and FA3's attention kernel, plus its combine
+kernel when it splits.
+"""
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from sparse_mla.kernels.topk_to_slots import topk_to_slots
+from sparse_mla.ops import fa3
+
+is_available = fa3.is_available
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """FA3's host decisions for a step of ``T`` tokens and ``N`` heads."""
+
+    num_splits: int  # split-KV count (fa3.choose_num_splits), also the scheduler metadata's
+    scheduler_metadata_size: int  # int32 entries of FA3's scheduler metadata; 0: none (T = 0)
+
+
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> Plan:
+    """Split count and scheduler-metadata size of a step."""
+    return Plan(
+        num_splits=fa3.choose_num_splits(num_tokens, num_heads, num_sms, topk),
+        scheduler_metadata_size=fa3.scheduler_metadata_size(num_tokens) if num_tokens else 0,
+    )
+
+
+class Workspace:
+    """The FA3 route's persistent buffers, sized for ``max_num_tokens`` tokens.
+
+    Sizing: ``page_table`` ``max_tokens * topk * 4`` bytes (8 KiB per token at top-k 2048, 64 MiB at
+    8192 tokens); ``cache_seqlens`` ``4 * max_tokens``; ``scheduler_metadata``
+    ``4 * fa3.scheduler_metadata_size(max_tokens)`` (about 12 bytes per token).
+    """
+
+    def __init__(self, max_num_tokens: int, topk: int, device: torch.device):
+        int32 = dict(dtype=torch.int32, device=device)
+        self.page_table = torch.zeros(max_num_tokens, topk, **int32)  # [max_tokens, topk] slot ids, valid first
+        self.cache_seqlens = torch.zeros(max_num_tokens, **int32)  # [max_tokens] valid slot ids per row
+        self.scheduler_metadata = torch.zeros(fa3.scheduler_metadata_size(max_num_tokens), **int32)  # [size]
+
+    @classmethod
+    def for_max_tokens(
+        cls, max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device
+    ) -> "Workspace":
+        """``make_workspace`` of the route (the sizes do not depend on ``N`` or the SM count)."""
+        return cls(max_num_tokens, topk, device)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """What ``run`` reads of one step: views of the workspace for its ``T`` tokens."""
+
+    page_table: torch.Tensor  # [T, topk] int32, written by each layer's conversion
+    cache_seqlens: torch.Tensor  # [T] int32, written by each layer's conversion
+    scheduler_metadata: Optional[torch.Tensor]  # [plan.scheduler_metadata_size] int32; None: FA3 plans per call
+
+
+def prepare(plan: Plan, workspace: Workspace, metadata) -> Step:
+    """Compute the step's FA3 scheduler metadata into the workspace (one FA3 launch and one copy).
+
+    Skipped (``scheduler_metadata`` None, FA3 then plans on every call) for ``T = 0`` and where FA3 is
+    not available (its calls fail there anyway, with the reason).
+    """
+    num_tokens = metadata.num_actual_tokens
+    scheduler_metadata = None
+    if plan.scheduler_metadata_size and fa3.is_available():
+        scheduler_metadata = workspace.scheduler_metadata[: plan.scheduler_metadata_size]
+        scheduler_metadata.copy_(fa3.sparse_mla_scheduler_metadata(
+            metadata.kv_len_bound, metadata.cu_seqlens_q, metadata.num_heads, metadata.index_topk, plan.num_splits
+        ))
+    return Step(workspace.page_table[:num_tokens], workspace.cache_seqlens[:num_tokens], scheduler_metadata)
+
+
+def run(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    topk_indices: torch.Tensor,
+    metadata,
+    softmax_scale: float,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+) -> None:
+    """Convert the indices into the step's page table, then FA3; ``lse`` receives FA3's `[N, T]` LSE transposed."""
+    step = metadata.prepared
+    topk_to_slots(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table, kv_cache.shape[0],
+                  slot_ids=step.page_table, valid_count=step.cache_seqlens)
+    _, fa3_lse = fa3.sparse_mla_fwd(
+        q_nope, q_rope, kv_cache, page_table=step.page_table, cache_seqlens=step.cache_seqlens,
+        cu_seqlens_q=metadata.cu_seqlens_q, softmax_scale=softmax_scale, num_splits=metadata.plan.num_splits,
+        scheduler_metadata=step.scheduler_metadata, out=out,
+    )
+    if lse is not None:
+        lse.copy_(fa3_lse.t())
