@@ -201,7 +201,7 @@ def test_builder_rejects_bad_steps():
         SparseMLAMetadataBuilder(0, CPU, NUM_HEADS)
     with pytest.raises(ValueError, match="'num_heads' expected 1 <= num_heads <= 128, got 129"):
         SparseMLAMetadataBuilder(4, CPU, 129)
-    with pytest.raises(ValueError, match=r"'route' expected None or one of \('fa3', 'triton'\), got 'flashmla'"):
+    with pytest.raises(ValueError, match=r"'route' expected None or one of \(" + ", ".join(repr(r) for r in ROUTES) + r"\), got 'flashmla'"):
         SparseMLAMetadataBuilder(4, CPU, NUM_HEADS, route="flashmla")
 
 

@@ -62,7 +62,7 @@ def test_workspace_covers_every_planned_token_count():
 @pytest.mark.parametrize("kwargs, name", [
     (dict(num_tokens=1, num_heads=0, num_sms=132), "num_heads"),
     (dict(num_tokens=1, num_heads=129, num_sms=132), "num_heads"),
-    (dict(num_tokens=0, num_heads=16, num_sms=132), "num_tokens"),
+    (dict(num_tokens=-1, num_heads=16, num_sms=132), "num_tokens"),
     (dict(num_tokens=1, num_heads=16, num_sms=0), "num_sms"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, topk=0), "topk"),
 ])

@@ -41,7 +41,7 @@ def test_checked_in_table_is_complete_and_has_provenance():
 def test_rejects_a_malformed_table(tmp_path):
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"heads": [16], "tokens": [1, 2], "kernel": {"16": ["fa3", "flashmla"]}}))
-    with pytest.raises(ValueError, match=r"row N=16 expected 2 entries of \('fa3', 'triton'\)"):
+    with pytest.raises(ValueError, match=r"row N=16 expected 2 entries of \(" + ", ".join(repr(r) for r in ROUTES) + r"\)"):
         routing.load_table(str(path))
 
 
@@ -49,6 +49,7 @@ def test_rejects_a_malformed_table(tmp_path):
 def test_without_fa3_every_batch_goes_to_triton():
     assert not fa3.is_available()
     assert routing.runnable("fa3") == "triton" and routing.runnable("triton") == "triton"
+    assert routing.runnable("decode") == "triton", "decode falls back to FA3, which falls back to Triton"
     for num_heads, num_tokens in ((16, 1), (16, 8), (128, 1024)):
         assert routing.choose_route(num_heads, num_tokens) == "triton"
     assert routing.routes_up_to(16, 8192) == ["triton"]
@@ -66,11 +67,12 @@ def test_table_from_timings_takes_the_fastest_route():
     nan = float("nan")
     us = {
         (16, 1, "fa3"): 19.0, (16, 1, "triton"): 18.0,  # triton faster
-        (16, 8, "fa3"): 24.0, (16, 8, "triton"): 24.0,  # a tie: the earlier route of ROUTES
+        (16, 8, "fa3"): 24.0, (16, 8, "triton"): 24.0,  # a tie: the earlier timed route of ROUTES
         (64, 1, "fa3"): nan, (64, 1, "triton"): 50.0,  # a failed route never wins
         (64, 8, "fa3"): 30.0, (64, 8, "triton"): nan,
     }
     heads, tokens, route = routing.table_from_timings(us)
     assert (heads, tokens) == ([16, 64], [1, 8])
-    assert route == {16: ["triton", list(ROUTES)[0]], 64: ["triton", "fa3"]}
+    assert route == {16: ["triton", "fa3"], 64: ["triton", "fa3"]}
+    assert list(ROUTES).index("fa3") < list(ROUTES).index("triton")
 

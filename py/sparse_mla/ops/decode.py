@@ -100,11 +100,14 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, 
     Raises
     ------
     ValueError
-        ``num_heads`` outside [1, 128], or a non-positive ``num_tokens``, ``num_sms``, ``topk`` or ``ctas_per_sm``.
+        ``num_heads`` outside [1, 128], a negative ``num_tokens`` (0: an all-padding step, nothing
+        launched), or a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``.
     """
     if not 1 <= num_heads <= 128:
         raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
-    for name, value in (("num_tokens", num_tokens), ("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
+    if num_tokens < 0:
+        raise ValueError(f"sparse_mla: argument 'num_tokens' expected >= 0, got {num_tokens}")
+    for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
     head_tiles = 1 if num_heads <= 16 else 2 if num_heads <= 32 else 4
@@ -112,7 +115,7 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, 
     if ctas_per_sm is None:
         ctas_per_sm = 1 if num_tokens * head_groups <= 2 else 2
     chunks = -(-topk // CHUNK)
-    splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * num_tokens * head_groups)
+    splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * max(num_tokens, 1) * head_groups)
     splits = max(1, min(splits, MAX_SPLITS, chunks))
     positions_per_split = -(-chunks // splits) * CHUNK
     return DecodePlan(

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from sparse_mla.routes import fa3_route, triton_route
+from sparse_mla.routes import decode_route, fa3_route, triton_route
 
 
 def _nothing_to_prepare(plan: Any, workspace: Any, metadata: Any) -> None:
@@ -50,6 +50,14 @@ class Route:
 
 
 ROUTES: Dict[str, Route] = {
+    "decode": Route(
+        name="decode",
+        plan=decode_route.plan,
+        make_workspace=decode_route.make_workspace,
+        run=decode_route.run,
+        is_available=decode_route.is_available,
+        fallback="fa3",
+    ),
     "fa3": Route(
         name="fa3",
         plan=fa3_route.plan,
@@ -66,4 +74,5 @@ ROUTES: Dict[str, Route] = {
         run=triton_route.run,
     ),
 }
-"""Every route, by routing-table name; on a timing tie the routing table prefers the earlier one."""
+"""Every route, by routing-table name; on a timing tie the routing table prefers the earlier one
+(so a tie goes to the single-launch decode kernel)."""

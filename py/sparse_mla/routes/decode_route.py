@@ -1,0 +1,42 @@
+"""The decode route: the latency-first CUDA kernel of :mod:`sparse_mla.ops.decode`, one launch per layer
+(index translation, attention and split merge in one kernel), reading the request-local top-k positions
+directly (no page table).
+
+Plan: :func:`sparse_mla.ops.decode.plan` of ``(T, N, SM count, top-k)``. Workspace: one
+:class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum (only small
+``T`` split, so it stays below a few MB). Where the op library is not built or the GPU is not Hopper,
+the routing falls back to FA3 (and from there to Triton).
+"""
+
+from typing import Optional
+
+import torch
+
+from sparse_mla.ops import decode
+
+is_available = decode.is_available
+
+
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> decode.DecodePlan:
+    """The launch plan of a step (:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM)."""
+    return decode.plan(num_tokens, num_heads, num_sms, topk)
+
+
+def make_workspace(max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device) -> decode.DecodeWorkspace:
+    """Split-KV buffers for every step up to ``max_num_tokens``."""
+    return decode.DecodeWorkspace.for_max_tokens(max_num_tokens, num_heads, num_sms, device, topk)
+
+
+def run(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    topk_indices: torch.Tensor,
+    metadata,
+    softmax_scale: float,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+) -> None:
+    """One launch; the op checks every tensor before it launches."""
+    decode.sparse_mla_decode(q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len,
+                             metadata.block_table, softmax_scale, metadata.plan, metadata.workspace, out, lse)
