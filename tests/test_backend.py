@@ -308,10 +308,15 @@ def _forward_args(num_heads=4, num_tokens=3):
         (lambda a: a.update(kv_cache=a["kv_cache"].float()), TypeError,
          "argument 'kv_cache' expected dtype torch.bfloat16, got torch.float32"),
         (lambda a: a.update(kv_cache=a["kv_cache"].transpose(0, 1).contiguous().transpose(0, 1)), ValueError,
-         r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(576, 1152, 1\)"),
-        # padded rows: blocks packed, but a slot is not 576 elements from the next
+         r"argument 'kv_cache' expected strides \(\*, 576, 1\) \(contiguous slots\), got \(576, 1152, 1\)"),
+        # padded rows: a slot is not 576 elements from the next
         (lambda a: a.update(kv_cache=torch.zeros(a["kv_cache"].shape[0], 64, 640, dtype=torch.bfloat16)[..., :576]),
-         ValueError, r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(40960, 640, 1\)"),
+         ValueError, r"argument 'kv_cache' expected strides \(\*, 576, 1\) \(contiguous slots\), got \(40960, 640, 1\)"),
+        # a padded block stride that is not a whole number of slots: FA3's page-size-1 view cannot address it
+        (lambda a: a.update(kv_cache=testing.padded_kv_cache(a["kv_cache"], 100)), ValueError,
+         r"argument 'kv_cache' expected a block stride that is a multiple of 576 elements .* got stride\(0\) = 36964"),
+        (lambda a: a.update(q=(a["q"][0].transpose(1, 2).contiguous().transpose(1, 2), a["q"][1])), ValueError,
+         "argument 'q_nope' expected unit stride in the last dim"),
         (lambda a: a.update(output=torch.zeros(3, 4, 512)), TypeError,
          "argument 'output' expected dtype torch.bfloat16, got torch.float32"),
     ],
@@ -349,8 +354,10 @@ def test_fa3_num_splits_bounds_the_workspace(num_heads):
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
-def test_forward_on_the_triton_route_matches_reference(monkeypatch):
-    """With routing sending every batch to the fused kernel, forward runs on the CPU in the interpreter."""
+@pytest.mark.parametrize("vllm_layout", [False, True], ids=["contiguous", "padded-cache-transposed-q"])
+def test_forward_on_the_triton_route_matches_reference(monkeypatch, vllm_layout):
+    """With routing sending every batch to the fused kernel, forward runs on the CPU in the interpreter;
+    vLLM's layout (blocks 67 slots apart, NaN between them; head-major ``ql_nope``) is read in place."""
     monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: "triton")
     gen = testing.make_generator(CPU, seed=31)
     num_blocks, num_heads = 16, 4
@@ -364,7 +371,10 @@ def test_forward_on_the_triton_route_matches_reference(monkeypatch):
     q_nope, q_rope = testing.make_queries(batch.num_tokens + 1, num_heads, CPU, gen)
     topk = torch.cat([batch.topk_indices, torch.randint(0, 50, (1, INDEX_TOPK), generator=gen, dtype=torch.int32)])
     output = torch.full((batch.num_tokens + 1, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16)
-    out, lse = SparseMLAImpl(num_heads).forward((q_nope, q_rope), kv_cache, md, topk, output=output, return_lse=True)
+    q_in, kv_in = (q_nope, q_rope), kv_cache
+    if vllm_layout:
+        q_in, kv_in = (testing.transposed_copy(q_nope), q_rope), testing.padded_kv_cache(kv_cache, 3 * KV_CACHE_HEAD_SIZE)
+    out, lse = SparseMLAImpl(num_heads).forward(q_in, kv_in, md, topk, output=output, return_lse=True)
 
     slot_ids = global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
                                          num_blocks)

@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 from sparse_mla import routing
-from sparse_mla.checks import check_tensor
+from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor, check_unit_last_stride
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -38,7 +38,7 @@ from sparse_mla.constants import (
 )
 from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, sparse_mla_attention
-from sparse_mla.kernels.topk_to_slots import check_topk_indices, topk_to_slots
+from sparse_mla.kernels.topk_to_slots import check_topk_indices, slot_rows_view, topk_to_slots
 from sparse_mla.ops import fa3
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
@@ -465,9 +465,11 @@ class SparseMLAImpl:
         ----------
         q : torch.Tensor or pair of torch.Tensor
             ``(q_nope [T, N, 512], q_rope [T, N, 64])`` or one `[T, N, 576]` tensor (split by views,
-            no copy); bf16, last dimension contiguous.
+            no copy); bf16, last dimension contiguous, other strides free (vLLM's ``ql_nope`` is a
+            transposed `[N, T, 512]` bmm result).
         kv_cache : torch.Tensor
-            `[num_blocks, 64, 576]` bf16, contiguous.
+            `[num_blocks, 64, 576]` bf16 with contiguous slots; the block stride may exceed `64 * 576`
+            elements (a padded vLLM cache) but must be a whole number of 576-element slots.
         attn_metadata : SparseMLAMetadata
             From :meth:`SparseMLAMetadataBuilder.build` for this step.
         topk_indices : torch.Tensor
@@ -499,11 +501,10 @@ class SparseMLAImpl:
         check_tensor("topk_indices", topk_indices, shape=(num_tokens, topk), dtype=torch.int32)
         if output is not None:
             check_tensor("output", output, shape=(num_tokens, self.num_heads, KV_LORA_RANK), dtype=torch.bfloat16)
-        if not kv_cache.is_contiguous():  # both kernels address slot s at s * 576 elements
-            raise ValueError(
-                f"sparse_mla: argument 'kv_cache' expected contiguous strides "
-                f"({KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE}, {KV_CACHE_HEAD_SIZE}, 1), got {kv_cache.stride()}"
-            )
+        for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("output", output)):
+            if tensor is not None:
+                check_unit_last_stride(name, tensor)  # other strides are free: vLLM's transposed ql_nope view
+        check_kv_cache_slot_strides("kv_cache", kv_cache)  # either route: FA3 needs a whole-slot block stride
         device = attn_metadata.page_table.device
         for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("kv_cache", kv_cache), ("topk_indices", topk_indices)):
             check_tensor(name, tensor, device=device)
@@ -518,6 +519,7 @@ class SparseMLAImpl:
                 attn_metadata.req_id, attn_metadata.token_kv_len, attn_metadata.block_table,
                 self.softmax_scale, out=output, return_lse=return_lse,
             )
+        slot_rows, block_stride_rows = slot_rows_view(kv_cache)  # [rows, 576], slot ids index its rows
         topk_to_slots(
             topk_indices,
             attn_metadata.req_id,
@@ -527,10 +529,11 @@ class SparseMLAImpl:
             slot_ids=attn_metadata.page_table,
             valid_count=attn_metadata.cache_seqlens,
             check=self.check_indices,
+            block_stride_rows=block_stride_rows,
         )
         # Page size 1: every cache slot is one "page" of one key; keys are the rotary part, values the latent.
-        k_cache = kv_cache[..., KV_LORA_RANK:].view(-1, 1, 1, QK_ROPE_HEAD_DIM)  # [num_blocks * 64, 1, 1, 64]
-        v_cache = kv_cache[..., :KV_LORA_RANK].view(-1, 1, 1, KV_LORA_RANK)  # [num_blocks * 64, 1, 1, 512]
+        k_cache = slot_rows[:, KV_LORA_RANK:].view(-1, 1, 1, QK_ROPE_HEAD_DIM)  # [rows, 1, 1, 64]
+        v_cache = slot_rows[:, :KV_LORA_RANK].view(-1, 1, 1, KV_LORA_RANK)  # [rows, 1, 1, 512]
         result = fa3.flash_attn_with_kvcache(
             q_rope,
             k_cache=k_cache,

@@ -55,7 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sparse_mla.checks import check_same_device, check_tensor
+from sparse_mla.checks import check_same_device, check_tensor, check_unit_last_stride
 from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla import device_info
 from sparse_mla.kernels.triton_support import dot_in_fp32, kernel_device_type
@@ -104,7 +104,9 @@ def _sparse_mla_attention_kernel(
     q_rope_ptr,  # [T, N, 64] bf16, unit stride along the last dim
     q_rope_stride_t,
     q_rope_stride_h,
-    kv_ptr,  # [num_blocks * 64, 576] bf16, contiguous
+    kv_ptr,  # [num_blocks, 64, 576] bf16, unit stride along the last dim
+    kv_stride_block,  # elements between blocks: 64 * 576, or more for a padded (vLLM) cache
+    kv_stride_slot,  # elements between the slots of a block (576 for vLLM's caches)
     topk_ptr,  # [T, K] int32 request-local positions, -1 = none
     topk_stride_t,
     topk_stride_k,
@@ -133,7 +135,6 @@ def _sparse_mla_attention_kernel(
     scale_log2,  # softmax_scale * log2(e)
     LORA_RANK: tl.constexpr,
     ROPE_DIM: tl.constexpr,
-    HEAD_SIZE: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     LN2: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -208,14 +209,15 @@ def _sparse_mla_attention_kernel(
         cols = col_begin + step * BLOCK_N + tl.arange(0, BLOCK_N)
         if ABLATE_GATHER:
             valid = (cols < col_end) & (kv_len > 0)
-            row = ((first_slot + cols) % num_slots) * HEAD_SIZE  # [BLOCK_N] slot offsets
+            slot = (first_slot + cols) % num_slots
+            row = (slot // BLOCK_SIZE) * kv_stride_block + (slot % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N]
         else:
             pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
             block_col = pos // BLOCK_SIZE
             valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
             block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
             valid = valid & (block >= 0) & (block < num_blocks)
-            row = (block.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_SIZE  # [BLOCK_N] slot offsets
+            row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
         if not ABLATE_QK:
             c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
             k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
@@ -670,12 +672,14 @@ def sparse_mla_attention(
     Parameters
     ----------
     q_nope : torch.Tensor
-        `[T, N, 512]` bf16, ``1 <= N <= 128``; unit stride in the last dim (views of a `[T, N, 576]`
-        tensor are fine).
+        `[T, N, 512]` bf16, ``1 <= N <= 128``; unit stride in the last dim, any other strides (views of
+        a `[T, N, 576]` tensor, or vLLM's ``ql_nope``: a `[N, T, 512]` bmm result transposed to `[T, N, 512]`).
     q_rope : torch.Tensor
         `[T, N, 64]` bf16, unit stride in the last dim.
     kv_cache : torch.Tensor
-        `[num_blocks, 64, 576]` bf16, contiguous; slot = `[c_kv (512) | k_rope (64)]`.
+        `[num_blocks, 64, 576]` bf16, unit stride in the last dim; any block and slot strides (a vLLM
+        cache whose blocks sit further apart than `64 * 576` elements is read in place);
+        slot = `[c_kv (512) | k_rope (64)]`.
     topk_indices : torch.Tensor
         `[T, K]` int32 positions inside each token's request, ``-1`` = none (K = 2048 for DeepSeek-V3.2).
     req_id : torch.Tensor
@@ -746,11 +750,8 @@ def sparse_mla_attention(
     tensors = dict(q_nope=q_nope, q_rope=q_rope, kv_cache=kv_cache, topk_indices=topk_indices, req_id=req_id,
                    token_kv_len=token_kv_len, block_table=block_table, out=out)
     check_same_device(**tensors, **({} if lse is None else {"lse": lse}))
-    for name in ("q_nope", "q_rope", "out"):
-        if tensors[name].stride(-1) != 1:
-            raise ValueError(f"sparse_mla: argument '{name}' expected unit stride in the last dim, got {tensors[name].stride()}")
-    if not kv_cache.is_contiguous():
-        raise ValueError(f"sparse_mla: argument 'kv_cache' expected a contiguous tensor, got strides {kv_cache.stride()}")
+    for name in ("q_nope", "q_rope", "kv_cache", "out"):
+        check_unit_last_stride(name, tensors[name])
 
     topk = topk_indices.shape[1]
     if config is None:
@@ -785,7 +786,7 @@ def sparse_mla_attention(
     compiled = _sparse_mla_attention_kernel[grid](
         q_nope, q_nope.stride(0), q_nope.stride(1),
         q_rope, q_rope.stride(0), q_rope.stride(1),
-        kv_cache,
+        kv_cache, kv_cache.stride(0), kv_cache.stride(1),
         topk_indices, topk_indices.stride(0), topk_indices.stride(1),
         req_id, req_id.stride(0),
         token_kv_len, token_kv_len.stride(0),
@@ -798,7 +799,6 @@ def sparse_mla_attention(
         softmax_scale * LOG2_E,
         LORA_RANK=KV_LORA_RANK,
         ROPE_DIM=QK_ROPE_HEAD_DIM,
-        HEAD_SIZE=KV_CACHE_HEAD_SIZE,
         BLOCK_SIZE=KV_BLOCK_SIZE,
         LN2=LN_2,
         BLOCK_H=config.block_h,
