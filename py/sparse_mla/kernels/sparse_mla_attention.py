@@ -48,6 +48,7 @@ Example
 
 import dataclasses
 import functools
+import itertools
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -511,6 +512,69 @@ class LaunchPlan:
     @property
     def num_programs_per_token(self) -> int:
         return self.num_splits * self.head_blocks * self.column_blocks
+
+
+BF16_BYTES = 2
+INT32_BYTES = 4
+INDEX_LOADS_PER_STEP = 2
+"""Index loads of a loop step staged in shared memory: the top-k positions and the block-table entries."""
+
+
+def shared_memory_bytes(config: LaunchConfig, split_iters: int) -> int:
+    """Shared memory one program of ``config`` needs, in bytes: an upper bound of what triton 3.6.0 allocates.
+
+    What the kernel keeps in shared memory (sm_90a TTGIR of triton 3.6.0, see :data:`LOAD_CHAIN_LEVELS`):
+
+    * the query tile `[block_h, 576]` bf16 (wgmma reads its A operand there);
+    * ``kv_buffers = min((num_stages - 1) // 3 + 1, split_iters)`` KV tiles `[block_n, 576]` bf16, plus as
+      many value tiles `[block_n, block_dv]` bf16 when ``block_dv < 512`` (a loop of ``split_iters`` steps
+      holds at most that many tiles);
+    * ``min(num_stages - 1, split_iters)`` buffers of each of the two index loads, `[block_n]` int32.
+
+    Exact for the wgmma configurations the H200 compiler report measured (``results/2026-11-29-h200/
+    kernel_report.txt``): h64/n32/dv512/st7 185,856 B; h64/n32/dv64/st7 (split_iters 8) 198,144 B, the
+    "194 KiB" of :func:`default_launch_config`. Above the 16-head mma.sync ones, which keep the query in
+    registers: h16/n32/dv512 (split_iters 4) 94,720 B measured (bound 130,048 B), h16/n64/dv64 with one step 51,200 B
+    (bound 100,864 B).
+
+    Parameters
+    ----------
+    config : LaunchConfig
+    split_iters : int
+        Loop steps per program: ``plan_launch(...).cols_per_split // config.block_n``.
+    """
+    steps = max(split_iters, 1)
+    kv_buffers = min((config.num_stages - 1) // LOAD_CHAIN_LEVELS + 1, steps)
+    value_tile = config.block_n * config.block_dv if config.block_dv < KV_LORA_RANK else 0
+    index_buffers = min(max(config.num_stages - 1, 1), steps)
+    return (
+        config.block_h * KV_CACHE_HEAD_SIZE * BF16_BYTES
+        + kv_buffers * (config.block_n * KV_CACHE_HEAD_SIZE + value_tile) * BF16_BYTES
+        + index_buffers * INDEX_LOADS_PER_STEP * config.block_n * INT32_BYTES
+    )
+
+
+def default_launch_configs(num_sms: int, topk: int) -> List[LaunchConfig]:
+    """Every configuration :func:`default_launch_config` returns on a GPU of ``num_sms`` SMs for top-k width
+    ``topk``, over all head counts ``1 <= N <= 128`` and token counts ``T >= 1`` (once ``2 * G > num_sms``
+    every larger ``T`` gets rule 2's configuration)."""
+    configs = set()
+    for num_heads in range(1, MAX_NUM_HEADS + 1):
+        for num_tokens in itertools.count(1):
+            config = default_launch_config.__wrapped__(num_tokens, num_heads, num_sms, topk)  # leave the cache be
+            configs.add(config)
+            if 2 * num_tokens * triton.cdiv(num_heads, config.block_h) > num_sms:
+                break
+    return sorted(configs, key=dataclasses.astuple)
+
+
+@functools.lru_cache(maxsize=None)
+def max_default_shared_memory_bytes(num_sms: int, topk: int) -> int:
+    """Most shared memory (:func:`shared_memory_bytes`) any of :func:`default_launch_configs` needs, in bytes."""
+    def split_iters(config: LaunchConfig) -> int:
+        return plan_launch(config.block_h, topk, config).cols_per_split // config.block_n  # independent of N
+
+    return max(shared_memory_bytes(c, split_iters(c)) for c in default_launch_configs(num_sms, topk))
 
 
 def _pow2_floor(x: int) -> int:
