@@ -13,9 +13,8 @@ import torch
 
 import vllm_adapter_steps as steps
 from sparse_mla import testing
-from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
+from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
 from sparse_mla.kernels.triton_support import interpreting
-from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference
 import sparse_mla_vllm
 from sparse_mla_vllm.backend import SparseMLAVllmBackend, SparseMLAVllmImpl
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -24,18 +23,6 @@ CPU = torch.device("cpu")
 MAX_REL_ERR = 1e-2
 NUM_BLOCKS = 12
 NUM_HEADS = 16  # DeepSeek-V3.2's 128 heads at tensor parallelism 8
-
-
-def reference_out(engine: steps.Engine, step: steps.Step) -> torch.Tensor:
-    """float32 reference on a contiguous copy of the cache; padding tokens attend nothing (out 0)."""
-    batch = step.batch
-    slot_ids = global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
-                                         engine.kv_cache.shape[0])
-    num_tokens = step.q_pe.shape[0]
-    padding = torch.full((num_tokens - batch.num_tokens, INDEX_TOPK), -1, dtype=torch.int32)
-    out, _ = sparse_mla_reference(step.ql_nope, step.q_pe, engine.kv_cache.contiguous(), torch.cat([slot_ids, padding]),
-                                  DEEPSEEK_V32_SOFTMAX_SCALE)
-    return out
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
@@ -51,7 +38,7 @@ def test_forward_mqa_matches_reference(seq_lens, query_lens, num_tokens):
     assert engine.kv_cache.stride(0) == KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE + steps.BLOCK_PADDING
     assert step.ql_nope.stride()[:2] == (512, step.ql_nope.shape[0] * 512), "ql_nope expected head-major storage"
     out = steps.forward(engine, step)
-    ref = reference_out(engine, step)
+    ref = steps.reference_out(engine, step)
     rel = testing.relative_error(out, ref)
     assert rel < MAX_REL_ERR, f"relative error {rel:.2e} expected < {MAX_REL_ERR}"
     if num_tokens is not None:

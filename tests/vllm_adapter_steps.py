@@ -38,6 +38,7 @@ from vllm.v1.kv_cache_interface import MLAAttentionSpec  # noqa: E402
 
 import sparse_mla_vllm  # noqa: E402
 from sparse_mla import testing  # noqa: E402
+from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference  # noqa: E402
 from sparse_mla.constants import (  # noqa: E402
     DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_NOPE_HEAD_DIM,
     QK_ROPE_HEAD_DIM,
@@ -147,4 +148,18 @@ def forward(engine: Engine, step: Step) -> torch.Tensor:
     engine.impl.record_logical_topk_ready()
     out, lse = engine.impl.forward_mqa((step.ql_nope, step.q_pe), engine.kv_cache, metadata, None)
     assert lse is None
+    return out
+
+
+def reference_out(engine: Engine, step: Step) -> torch.Tensor:
+    """float32 reference (on the CPU) of ``step`` on a contiguous copy of the cache; padding tokens attend
+    nothing (out 0)."""
+    batch = step.batch
+    cpu = torch.device("cpu")
+    slot_ids = global_slot_ids_reference(batch.topk_indices.to(cpu), batch.req_id.to(cpu), batch.token_kv_len.to(cpu),
+                                         batch.block_table.to(cpu), engine.kv_cache.shape[0])
+    num_tokens = step.q_pe.shape[0]
+    padding = torch.full((num_tokens - batch.num_tokens, INDEX_TOPK), -1, dtype=torch.int32)
+    out, _ = sparse_mla_reference(step.ql_nope.to(cpu), step.q_pe.to(cpu), engine.kv_cache.to(cpu).contiguous(),
+                                  torch.cat([slot_ids, padding]), DEEPSEEK_V32_SOFTMAX_SCALE)
     return out
