@@ -1,8 +1,8 @@
 """Where a real vLLM is installed: the adapter and the stand-in (``vllm_stand_in/``) against its classes.
 
-Written for vLLM 0.33.0; with another version a difference here names what changed. Without vLLM the
-tests are skipped (the stand-in's signatures were compared with vLLM 0.33.0's source when written).
-Run this file in its own process: the adapter's CPU test puts the stand-in under the name ``vllm``.
+Always: the stand-in against the signatures recorded from vLLM 0.33.0's source. Where vLLM is installed
+(run this file in its own process: the adapter's CPU test puts the stand-in under the name ``vllm``): that
+vLLM against the stand-in, and the adapter against its calls; a difference names what changed.
 """
 
 import ast
@@ -12,18 +12,36 @@ import os
 import pytest
 import torch
 
-vllm = pytest.importorskip("vllm", reason="vLLM is not installed here")
 STAND_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_stand_in")
-if os.path.abspath(vllm.__file__).startswith(STAND_IN):
-    pytest.skip("the stand-in, not vLLM, is imported in this process", allow_module_level=True)
 
-from vllm.v1.attention import backend as vllm_backend  # noqa: E402
-from vllm.v1.attention.backends import registry as vllm_registry  # noqa: E402
-from vllm.v1.attention.selector import AttentionSelectorConfig  # noqa: E402
-from vllm.platforms.interface import DeviceCapability  # noqa: E402
-
-from sparse_mla_vllm.backend import SparseMLAVllmBackend, SparseMLAVllmImpl, SparseMLAVllmMetadataBuilder  # noqa: E402
-
+VLLM_0_33_0 = {
+    ("vllm/v1/attention/backend.py", "AttentionBackend", "get_supported_kernel_block_sizes"): ["kv_cache_spec"],
+    ("vllm/v1/attention/backend.py", "AttentionBackend", "customize_spec"): ["spec"],
+    ("vllm/v1/attention/backend.py", "AttentionBackend", "supports_compute_capability"): ["capability"],
+    ("vllm/v1/attention/backend.py", "AttentionBackend", "validate_configuration"): [
+        "head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse", "use_mm_prefix",
+        "use_per_head_quant_scales", "device_capability", "attn_type", "has_sliding_window", "use_non_causal",
+        "use_batch_invariant", "use_kv_connector", "use_pcp", "use_adaptive_verification", "use_dcp", "use_rswa",
+    ],
+    ("vllm/v1/attention/backend.py", "AttentionMetadataBuilder", "__init__"):
+        ["kv_cache_spec", "layer_names", "vllm_config", "device"],
+    ("vllm/v1/attention/backend.py", "AttentionMetadataBuilder", "build"):
+        ["common_prefix_len", "common_attn_metadata", "fast_build"],
+    ("vllm/v1/attention/backend.py", "MLAAttentionImpl", "__init__"): [
+        "num_heads", "head_size", "scale", "num_kv_heads", "alibi_slopes", "sliding_window", "kv_cache_dtype",
+        "logits_soft_cap", "attn_type", "kv_sharing_target_layer_name", "q_lora_rank", "kv_lora_rank",
+        "qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim", "v_head_dim", "kv_b_proj", "indexer", "q_pad_num_heads",
+    ],
+    ("vllm/v1/attention/backend.py", "MLAAttentionImpl", "forward_mqa"):
+        ["q", "kv_c_and_k_pe_cache", "attn_metadata", "layer"],
+    ("vllm/v1/attention/backend.py", "MLAAttentionImpl", "do_kv_cache_update"):
+        ["kv_c_normed", "k_pe", "kv_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "skip_scale"],
+    ("vllm/v1/attention/backend.py", "AttentionImplBase", "prepare_for_batch"): ["attn_metadata"],
+    ("vllm/v1/attention/backends/registry.py", "AttentionBackendEnum", "register"): ["name", "value"],
+    ("vllm/v1/attention/backends/registry.py", "", "register_backend"): ["backend", "class_path", "is_mamba"],
+}
+"""Parameter names (no self / cls) read from vLLM 0.33.0's source (wheel vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64,
+commit 4ba787ec9) when the adapter was written."""
 
 def _names(function) -> list:
     """Parameter names without self / cls, ``*`` / ``**`` marking variadic ones."""
@@ -47,17 +65,39 @@ def _stand_in_signatures(relative_path: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("module, path", [(vllm_backend, "vllm/v1/attention/backend.py"),
-                                          (vllm_registry, "vllm/v1/attention/backends/registry.py")])
-def test_stand_in_matches_vllm(module, path):
-    for (owner, name), names in _stand_in_signatures(path).items():
+def test_stand_in_matches_vllm_0_33_0():
+    """The stand-in's signatures are the ones recorded from vLLM 0.33.0's source."""
+    for (path, owner, name), names in VLLM_0_33_0.items():
+        stand_in = _stand_in_signatures(path).get((owner, name))
+        assert stand_in == names, f"stand-in {path} {owner}.{name}{stand_in}, vLLM 0.33.0 {names}"
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    vllm = pytest.importorskip("vllm", reason="vLLM is not installed here")
+    if os.path.abspath(vllm.__file__).startswith(STAND_IN):
+        pytest.skip("the stand-in, not vLLM, is imported in this process")
+    return vllm
+
+
+def test_installed_vllm_matches_the_stand_in(vllm):
+    """The installed vLLM's signatures against the stand-in's (which equal vLLM 0.33.0's)."""
+    import importlib
+
+    for path, owner, name in VLLM_0_33_0:
+        module = importlib.import_module(path[: -len(".py")].replace("/", "."))
         real = getattr(getattr(module, owner), name) if owner else getattr(module, name)
-        if owner and name == "__new__":
-            continue  # vLLM's reads its process groups; the stand-in's is a single rank
-        assert _names(real) == names, f"vLLM {vllm.__version__} {owner}.{name}{_names(real)}, stand-in {names}"
+        stand_in = _stand_in_signatures(path)[(owner, name)]
+        assert _names(real) == stand_in, f"vLLM {vllm.__version__} {owner}.{name}{_names(real)}, stand-in {stand_in}"
 
 
-def test_adapter_takes_vllm_calls():
+def test_adapter_takes_installed_vllm_calls(vllm):
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention import backend as vllm_backend
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    from sparse_mla_vllm.backend import SparseMLAVllmBackend, SparseMLAVllmImpl, SparseMLAVllmMetadataBuilder
+
     version = vllm.__version__
     real_impl = _names(vllm_backend.MLAAttentionImpl.__init__)
     ours = inspect.signature(SparseMLAVllmImpl.__init__).parameters
