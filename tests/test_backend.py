@@ -23,7 +23,12 @@ from sparse_mla.constants import (
     KV_LORA_RANK,
     QK_ROPE_HEAD_DIM,
 )
-from sparse_mla.kernels.sparse_mla_attention import SplitWorkspace
+from sparse_mla.kernels.sparse_mla_attention import (
+    LaunchConfig,
+    SplitWorkspace,
+    max_default_shared_memory_bytes,
+    shared_memory_bytes,
+)
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting
 from sparse_mla.ops import fa3
@@ -213,11 +218,9 @@ def test_backend_description():
     assert SparseMLABackend.get_supported_head_sizes() == [KV_CACHE_HEAD_SIZE]
     assert SparseMLABackend.get_supported_kernel_block_sizes() == [KV_BLOCK_SIZE]
     assert SparseMLABackend.supported_dtypes == [torch.bfloat16]
-    assert SparseMLABackend.supported_kv_cache_dtypes == ["auto"]
-    assert SparseMLABackend.supports_compute_capability((9, 0))
-    assert SparseMLABackend.supports_compute_capability((10, 0))
-    assert not SparseMLABackend.supports_compute_capability((8, 0))  # too little shared memory per block
+    assert SparseMLABackend.supported_kv_cache_dtypes == ["auto", "bfloat16"]
     assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576) == (100, 64, 576)
+    assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576, cache_dtype_str="bfloat16") == (100, 64, 576)
     assert SparseMLABackend.get_metadata_cls() is SparseMLAMetadata
     assert SparseMLABackend.get_builder_cls() is SparseMLAMetadataBuilder
     assert SparseMLABackend.get_impl_cls() is SparseMLAImpl
@@ -229,7 +232,7 @@ def test_backend_description():
         ((100, 16, 1, 576), "argument 'block_size' expected 64, got 16"),
         ((100, 64, 2, 576), "argument 'num_kv_heads' expected 1, got 2"),
         ((100, 64, 1, 512), "argument 'head_size' expected 576, got 512"),
-        ((100, 64, 1, 576, "fp8"), "argument 'cache_dtype_str' expected 'auto', got 'fp8'"),
+        ((100, 64, 1, 576, "fp8"), r"argument 'cache_dtype_str' expected one of \['auto', 'bfloat16'\], got 'fp8'"),
     ],
 )
 def test_kv_cache_shape_rejects_other_layouts(args, message):
@@ -237,13 +240,63 @@ def test_kv_cache_shape_rejects_other_layouts(args, message):
         SparseMLABackend.get_kv_cache_shape(*args)
 
 
-@pytest.mark.parametrize("capability", [(9, 0), (10, 0)])
-def test_validate_configuration_served(capability):
-    # Served with or without the FA3 extension: without it the Triton kernel takes every batch.
+# Judged from the tables (no device of these capabilities here): a 132-SM GPU's launch configurations need
+# at most 198,144 B of shared memory per block (h64/n32/dv64); FA3 (9.x only) is never required.
+DEVICE_ANSWERS = {
+    (8, 0): "need up to 198144 B of shared memory per block on 132 SMs, the device gives 166912 B",  # A100
+    (8, 9): "need up to 198144 B of shared memory per block on 132 SMs, the device gives 101376 B",  # L40
+    (9, 0): None,  # Hopper: FA3 and the Triton kernel
+    (10, 0): None,  # Blackwell B200: the Triton kernel takes every batch
+    (12, 0): "need up to 198144 B of shared memory per block on 132 SMs, the device gives 101376 B",  # RTX 50
+    (7, 5): "the Triton kernel's bf16 tl.dot needs >= 8.0",
+}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the tables' answers; a visible GPU's own figures take precedence")
+@pytest.mark.parametrize("capability", sorted(DEVICE_ANSWERS), ids=lambda c: f"{c[0]}.{c[1]}")
+def test_device_answers(capability):
+    expected = DEVICE_ANSWERS[capability]
     reasons = SparseMLABackend.validate_configuration(576, torch.bfloat16, "auto", 64, device_capability=capability)
-    assert reasons == [], f"expected no reasons, got {reasons}"
+    assert SparseMLABackend.supports_compute_capability(capability) == (expected is None)
+    if expected is None:
+        assert reasons == [], f"expected no reasons, got {reasons}"
+    else:
+        assert len(reasons) == 1 and expected in reasons[0], f"expected a reason with {expected!r}, got {reasons}"
+        assert reasons[0].startswith(f"compute capability {capability[0]}.{capability[1]} not supported")
 
 
+def test_shared_memory_bound_covers_the_h200_compiler_report():
+    """The bound against ``results/2026-11-29-h200/kernel_report.txt`` (triton 3.6.0, sm_90a): exact for the
+    wgmma configurations, above the mma.sync ones."""
+    measured = [  # (config, split_iters, shared bytes measured, exact)
+        (LaunchConfig(64, 32, 512, 1, 8, 7), 64, 185856, True),
+        (LaunchConfig(16, 32, 512, 16, 8, 7), 4, 94720, False),
+        (LaunchConfig(16, 64, 64, 32, 4, 7), 1, 51200, False),
+    ]
+    for config, split_iters, used, exact in measured:
+        bound = shared_memory_bytes(config, split_iters)
+        assert bound == used if exact else bound >= used, f"{config}: bound {bound} B, compiler {used} B"
+    h200 = max_default_shared_memory_bytes(132, INDEX_TOPK)
+    assert h200 == shared_memory_bytes(LaunchConfig(64, 32, 64, 8, 4, 7), 8) == 198144  # "194 KiB"
+    assert h200 <= 227 * 1024, "the H200's configurations must fit its 227 KiB per block"
+
+
+def test_validate_configuration_takes_vllm_selector_arguments():
+    """vLLM 0.33.0's selector passes device_capability and every AttentionSelectorConfig field by keyword."""
+    selector_config = dict(
+        head_size=576, dtype=torch.bfloat16, kv_cache_dtype="bfloat16", block_size=64, use_mla=True,
+        has_sink=False, use_sparse=True, use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder",
+        has_sliding_window=False, use_non_causal=False, use_batch_invariant=False, use_kv_connector=True,
+        use_pcp=False, use_adaptive_verification=True, use_dcp=False, use_rswa=False,
+    )
+    assert SparseMLABackend.validate_configuration(device_capability=(9, 0), **selector_config) == []
+    selector_config.update(use_dcp=True, has_sliding_window=True, attn_type="encoder")
+    reasons = SparseMLABackend.validate_configuration(device_capability=(9, 0), **selector_config)
+    assert reasons == ["attention type 'encoder' not supported (decoder only)", "has_sliding_window not supported",
+                       "use_dcp not supported"], reasons
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the tables' answer for 8.0; a visible GPU's own figures take precedence")
 def test_validate_configuration_lists_every_reason():
     reasons = SparseMLABackend.validate_configuration(
         512, torch.float16, "fp8", 16, use_mla=False, has_sink=True, use_sparse=False, device_capability=(8, 0)
@@ -251,12 +304,13 @@ def test_validate_configuration_lists_every_reason():
     expected = [
         "head size 512 not supported (expected one of [576])",
         "dtype torch.float16 not supported (expected one of [torch.bfloat16])",
-        "KV cache dtype 'fp8' not supported (expected one of ['auto'])",
+        "KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16'])",
         "block size 16 not supported (expected one of [64])",
         "non-MLA attention not supported",
         "attention sinks not supported",
         "dense MLA not supported (sparse top-k attention only)",
-        "compute capability 8.0 not supported (expected >= 9.0)",
+        "compute capability 8.0 not supported (the Triton kernel's launch configurations need up to 198144 B "
+        "of shared memory per block on 132 SMs, the device gives 166912 B)",
     ]
     assert reasons == expected, f"reasons expected {expected}, got {reasons}"
 
@@ -331,10 +385,15 @@ def _forward_args(num_heads=4, num_tokens=3, route=None):
         (lambda a: a.update(kv_cache=a["kv_cache"].float()), TypeError,
          "argument 'kv_cache' expected dtype torch.bfloat16, got torch.float32"),
         (lambda a: a.update(kv_cache=a["kv_cache"].transpose(0, 1).contiguous().transpose(0, 1)), ValueError,
-         r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(576, 1152, 1\)"),
-        # padded rows: blocks packed, but a slot is not 576 elements from the next
+         r"argument 'kv_cache' expected strides \(\*, 576, 1\) \(contiguous slots\), got \(576, 1152, 1\)"),
+        # padded rows: a slot is not 576 elements from the next
         (lambda a: a.update(kv_cache=torch.zeros(a["kv_cache"].shape[0], 64, 640, dtype=torch.bfloat16)[..., :576]),
-         ValueError, r"argument 'kv_cache' expected contiguous strides \(36864, 576, 1\), got \(40960, 640, 1\)"),
+         ValueError, r"argument 'kv_cache' expected strides \(\*, 576, 1\) \(contiguous slots\), got \(40960, 640, 1\)"),
+        # a padded block stride that is not a whole number of slots: FA3's page-size-1 view cannot address it
+        (lambda a: a.update(kv_cache=testing.padded_kv_cache(a["kv_cache"], 100)), ValueError,
+         r"argument 'kv_cache' expected a block stride that is a multiple of 576 elements .* got stride\(0\) = 36964"),
+        (lambda a: a.update(q=(a["q"][0].transpose(1, 2).contiguous().transpose(1, 2), a["q"][1])), ValueError,
+         "argument 'q_nope' expected unit stride in the last dim"),
         (lambda a: a.update(output=torch.zeros(3, 4, 512)), TypeError,
          "argument 'output' expected dtype torch.bfloat16, got torch.float32"),
         (lambda a: a.update(topk_indices=a["topk_indices"].to("meta")), ValueError,
@@ -381,8 +440,10 @@ def test_fa3_scheduler_metadata_size():
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
-def test_forward_on_the_triton_route_matches_reference():
-    """On the fused kernel's route, forward runs on the CPU in the interpreter."""
+@pytest.mark.parametrize("vllm_layout", [False, True], ids=["contiguous", "padded-cache-transposed-q"])
+def test_forward_on_the_triton_route_matches_reference(vllm_layout):
+    """On the fused kernel's route, forward runs on the CPU in the interpreter; vLLM's layout (blocks
+    67 slots apart, NaN between them; head-major ``ql_nope``) is read in place."""
     gen = testing.make_generator(CPU, seed=31)
     num_blocks, num_heads = 16, 4
     seq_lens, query_lens = [90, 300], [1, 2]
@@ -395,7 +456,10 @@ def test_forward_on_the_triton_route_matches_reference():
     q_nope, q_rope = testing.make_queries(batch.num_tokens + 1, num_heads, CPU, gen)
     topk = torch.cat([batch.topk_indices, torch.randint(0, 50, (1, INDEX_TOPK), generator=gen, dtype=torch.int32)])
     output = torch.full((batch.num_tokens + 1, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16)
-    out, lse = SparseMLAImpl(num_heads).forward((q_nope, q_rope), kv_cache, md, topk, output=output, return_lse=True)
+    q_in, kv_in = (q_nope, q_rope), kv_cache
+    if vllm_layout:
+        q_in, kv_in = (testing.transposed_copy(q_nope), q_rope), testing.padded_kv_cache(kv_cache, 3 * KV_CACHE_HEAD_SIZE)
+    out, lse = SparseMLAImpl(num_heads).forward(q_in, kv_in, md, topk, output=output, return_lse=True)
 
     slot_ids = global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
                                          num_blocks)

@@ -117,6 +117,20 @@ def test_matches_reference(seq_lens, query_lens, num_heads, pattern, drop, confi
     assert_close(out, lse, *case.reference())
 
 
+@pytest.mark.parametrize("block_padding", [7 * 576, 100], ids=["whole-slots", "unaligned"])
+@pytest.mark.parametrize("config", [UNSPLIT, SPLIT_4], ids=["unsplit", "split4"])
+def test_padded_cache_and_transposed_queries_match_reference(block_padding, config):
+    """vLLM's tensors as they come: blocks further apart than 64 * 576 elements (NaN in the gaps) and a
+    head-major ``q_nope`` view; the kernel reads them in place and matches the contiguous reference."""
+    case = make_case([260, 90], [2, 1], num_heads=5, seed=17, pattern="scattered", drop_fraction=0.2)
+    ref_out, ref_lse = case.reference()
+    strided = dataclasses.replace(case, q_nope=testing.transposed_copy(case.q_nope),
+                                  kv_cache=testing.padded_kv_cache(case.kv_cache, block_padding))
+    assert strided.q_nope.stride(1) != 512 and strided.kv_cache.stride(0) == 64 * 576 + block_padding
+    out, lse = strided.run(config)
+    assert_close(out, lse, ref_out, ref_lse)
+
+
 @pytest.mark.parametrize("config", [UNSPLIT, SPLIT_4], ids=["unsplit", "split4"])
 def test_invalid_entries_are_skipped(config):
     """-1 anywhere, positions past the length or the block table, bad block ids, a bad request row."""
@@ -200,7 +214,10 @@ def _args(case: Case):
         (lambda a: a.update(block_table=a["block_table"][0]), ValueError, "block_table"),
         (lambda a: a.update(out=torch.empty(1, 4, 512, dtype=torch.float32)), TypeError, "out"),
         (lambda a: a.update(lse=torch.empty(1, 5, dtype=torch.float32)), ValueError, "lse"),
-        (lambda a: a.update(q_nope=a["q_nope"].transpose(1, 2).contiguous().transpose(1, 2)), ValueError, "unit stride"),
+        (lambda a: a.update(q_nope=a["q_nope"].transpose(1, 2).contiguous().transpose(1, 2)), ValueError,
+         "argument 'q_nope' expected unit stride in the last dim"),
+        (lambda a: a.update(kv_cache=a["kv_cache"].transpose(1, 2).contiguous().transpose(1, 2)), ValueError,
+         "argument 'kv_cache' expected unit stride in the last dim"),
         (lambda a: a.update(config=dataclasses.replace(UNSPLIT, block_h=8)), ValueError, "block_h"),
         (lambda a: a.update(num_splits=0), ValueError, "num_splits"),
     ],

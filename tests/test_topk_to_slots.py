@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from sparse_mla import testing
-from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE
-from sparse_mla.kernels.topk_to_slots import topk_to_slots
+from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
+from sparse_mla.kernels.topk_to_slots import slot_rows_view, topk_to_slots
+from sparse_mla.reference import topk_to_slots_reference
 from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
 
 pytestmark = pytest.mark.skipif(
@@ -84,6 +85,45 @@ def test_request_outside_block_table_gives_no_slots():
     assert valid_count.tolist() == [8, 0, 0], f"valid_count expected [8, 0, 0], got {valid_count.tolist()}"
     assert slot_ids[0].tolist() == list(range(4 * KV_BLOCK_SIZE, 4 * KV_BLOCK_SIZE + 8))
     assert (slot_ids[1:] == 0).all(), "rows of an unknown request expected all 0"
+
+
+def test_padded_cache_slot_ids_index_its_row_view():
+    """A vLLM cache whose blocks lie 67 slots apart: the slot ids of ``block_stride_rows = 67`` address, in
+    :func:`slot_rows_view` (no copy), exactly the slots the contiguous reference's ids address."""
+    gen = testing.make_generator(DEVICE, seed=4)
+    batch = testing.make_batch([300, 700], [2, 3], NUM_BLOCKS, gen, topk=128, pattern="scattered", drop_fraction=0.2)
+    kv_cache = testing.make_kv_cache(NUM_BLOCKS, DEVICE, gen)
+    padded = testing.padded_kv_cache(kv_cache, 3 * KV_CACHE_HEAD_SIZE)
+    rows, block_stride_rows = slot_rows_view(padded)
+    assert block_stride_rows == 67 and rows.data_ptr() == padded.data_ptr(), "expected a view, 67 slots per block"
+    assert rows.shape == ((NUM_BLOCKS - 1) * 67 + KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
+    slot_ids, valid_count = _poisoned_outputs(batch.num_tokens, 128)
+    topk_to_slots(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS,
+                  slot_ids=slot_ids, valid_count=valid_count, block_stride_rows=block_stride_rows)
+    ref_slots, ref_count = topk_to_slots_reference(
+        batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table, NUM_BLOCKS)
+    assert torch.equal(valid_count, ref_count), f"valid_count expected {ref_count.tolist()}, got {valid_count.tolist()}"
+    flat = kv_cache.view(-1, KV_CACHE_HEAD_SIZE)
+    for t in range(batch.num_tokens):
+        n = int(ref_count[t])
+        expected = ref_slots[t, :n] // KV_BLOCK_SIZE * block_stride_rows + ref_slots[t, :n] % KV_BLOCK_SIZE
+        assert torch.equal(slot_ids[t, :n], expected), f"token {t}: slot ids differ from the reference"
+        assert torch.equal(rows[slot_ids[t, :n].long()], flat[ref_slots[t, :n].long()]), f"token {t}: other slots"
+        assert (slot_ids[t, n:] == 0).all(), f"token {t}: fill after the valid ids expected 0"
+    assert not rows[slot_ids.long()].isnan().any(), "a slot id points into a padding gap"
+
+
+def test_slot_rows_view_needs_whole_slot_block_stride():
+    kv_cache = testing.make_kv_cache(4, DEVICE, testing.make_generator(DEVICE, seed=5))
+    rows, block_stride_rows = slot_rows_view(kv_cache)
+    assert block_stride_rows == KV_BLOCK_SIZE and torch.equal(rows, kv_cache.view(-1, KV_CACHE_HEAD_SIZE))
+    with pytest.raises(ValueError, match=r"argument 'kv_cache' expected a block stride that is a multiple of 576 "
+                                         r"elements \(one slot, for FA3's page-size-1 view of the cache\) and >= "
+                                         r"36864, got stride\(0\) = 36964 \(36964 % 576 = 100\)"):
+        slot_rows_view(testing.padded_kv_cache(kv_cache, 100))
+    with pytest.raises(ValueError, match=r"argument 'kv_cache' expected strides \(\*, 576, 1\) \(contiguous slots\), "
+                                         r"got \(576, 2304, 1\)"):
+        slot_rows_view(kv_cache.transpose(0, 1).contiguous().transpose(0, 1))
 
 
 def test_strided_inputs_and_outputs():
@@ -185,7 +225,9 @@ def _good_args():
         ("token_kv_len", lambda a: a.float(), TypeError, "argument 'token_kv_len' expected dtype torch.int32, got torch.float32"),
         ("block_table", lambda a: a[0], ValueError, r"argument 'block_table' expected shape \(\*, \*\), got \(2,\)"),
         ("num_blocks", lambda a: 8.0, TypeError, "argument 'num_blocks' expected an int, got float"),
-        ("num_blocks", lambda a: 2**26, ValueError, "argument 'num_blocks' expected 0 <= num_blocks \\* 64 <= 2147483647"),
+        ("num_blocks", lambda a: 2**26, ValueError,
+         r"argument 'num_blocks' expected 0 <= \(num_blocks - 1\) \* block_stride_rows \+ 64 <= 2147483647"),
+        ("block_stride_rows", lambda a: 63, ValueError, "argument 'block_stride_rows' expected an int >= 64, got 63"),
         ("slot_ids", lambda a: torch.empty(3, 8, dtype=torch.int32, device=DEVICE), ValueError,
          r"argument 'slot_ids' expected shape \(3, 16\), got \(3, 8\)"),
         ("valid_count", lambda a: torch.empty(3, dtype=torch.int64, device=DEVICE), TypeError,

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from sparse_mla import routing
-from sparse_mla.checks import check_tensor
+from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor, check_unit_last_stride
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -38,15 +38,17 @@ from sparse_mla.constants import (
     QK_ROPE_HEAD_DIM,
 )
 from sparse_mla import device_info
-from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS
+from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, max_default_shared_memory_bytes
 from sparse_mla.kernels.topk_to_slots import check_topk_indices
 from sparse_mla.routes import ROUTES, Route
 
-MIN_COMPUTE_CAPABILITY = (9, 0)
-"""Hopper or newer. FA3 is built for sm_90a (Hopper only); the Triton kernel's launch configurations
-use up to 186 KB of shared memory per block, which Hopper gives (228 KB) and earlier GPUs do not
-(A100 163 KB, sm_86/89 99 KB). Without the FA3 extension, :mod:`sparse_mla.routing` sends every
-batch to the Triton kernel. Measured and tested on an H200 only."""
+MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
+"""The fused Triton kernel's bf16 ``tl.dot`` needs tensor cores with bf16 inputs: Ampere or newer."""
+
+SERVED_ENGINE_FEATURES = frozenset({"use_kv_connector", "use_adaptive_verification"})
+"""Engine flags (vLLM 0.33.0 ``AttentionSelectorConfig`` names) that ask nothing of this backend: a KV
+connector moves cache blocks between engines; adaptive verification trims speculative drafts on the
+device, and the builder reads only the device-side query offsets."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -54,7 +56,8 @@ batch to the Triton kernel. Measured and tested on an H200 only."""
 
 
 class SparseMLABackend:
-    """What this backend serves: DeepSeek-V3.2 sparse MLA, bf16, on Hopper.
+    """What this backend serves: DeepSeek-V3.2 sparse MLA, bf16, on GPUs whose shared memory holds the
+    Triton kernel's launch configurations (Hopper, and the 227 KiB parts after it); FA3 joins on 9.x.
 
     KV cache `[num_blocks, 64, 576]` bf16, each slot ``[c_kv (512) | k_rope (64)]``, one latent head shared
     by all query heads.
@@ -62,7 +65,7 @@ class SparseMLABackend:
 
     accept_output_buffer = True
     supported_dtypes: List[torch.dtype] = [torch.bfloat16]
-    supported_kv_cache_dtypes: List[str] = ["auto"]
+    supported_kv_cache_dtypes: List[str] = ["auto", "bfloat16"]  # "auto" = the activation dtype, bf16
 
     @staticmethod
     def get_name() -> str:
@@ -77,9 +80,42 @@ class SparseMLABackend:
     def get_supported_kernel_block_sizes() -> List[int]:
         return [KV_BLOCK_SIZE]
 
+    @classmethod
+    def supports_compute_capability(cls, capability: Tuple[int, int]) -> bool:
+        """Whether a device of ``capability`` runs every batch; see :meth:`device_reasons`."""
+        return not cls.device_reasons(capability)
+
     @staticmethod
-    def supports_compute_capability(capability: Tuple[int, int]) -> bool:
-        return tuple(capability) >= MIN_COMPUTE_CAPABILITY
+    def device_reasons(capability: Tuple[int, int]) -> List[str]:
+        """Why a device of compute capability ``(major, minor)`` cannot run this backend; empty when it can.
+
+        FA3 is built for sm_90a and runs on 9.x only; elsewhere :mod:`sparse_mla.routing` sends every batch
+        to the fused Triton kernel, so the device must run that kernel: compute capability >= 8.0 (bf16
+        ``tl.dot``) and enough shared memory per block for every launch configuration
+        :func:`~sparse_mla.kernels.sparse_mla_attention.default_launch_config` may pick
+        (:func:`~sparse_mla.kernels.sparse_mla_attention.max_default_shared_memory_bytes`, 198,144 B on a
+        132-SM GPU) within the device's opt-in shared memory per block
+        (:func:`sparse_mla.device_info.optin_shared_memory_per_block`: 227 KiB on 9.0 and 10.0, 163 KiB on
+        8.0, 99 KiB on 8.6, 8.9 and 12.0). The current device's SM count and shared memory are used when it
+        has ``capability``, else those of a 132-SM GPU and the CUDA programming guide's table. Measured on
+        the H200 only: 10.x compiles other instructions (tcgen05), so its figure is this bound, untested.
+        """
+        major, minor = capability
+        name = f"compute capability {major}.{minor}"
+        if (major, minor) < MIN_TRITON_COMPUTE_CAPABILITY:
+            want = ".".join(map(str, MIN_TRITON_COMPUTE_CAPABILITY))
+            return [f"{name} not supported (the Triton kernel's bf16 tl.dot needs >= {want})"]
+        optin = device_info.optin_shared_memory_per_block((major, minor))
+        if optin is None:
+            return [f"{name} not supported (its shared memory per block is not known here)"]
+        num_sms = device_info.num_sms_for_capability((major, minor))
+        need = max_default_shared_memory_bytes(num_sms, INDEX_TOPK)
+        if need > optin:
+            return [
+                f"{name} not supported (the Triton kernel's launch configurations need up to {need} B of shared "
+                f"memory per block on {num_sms} SMs, the device gives {optin} B)"
+            ]
+        return []
 
     @staticmethod
     def get_kv_cache_shape(
@@ -90,17 +126,22 @@ class SparseMLABackend:
         Raises
         ------
         ValueError
-            ``block_size`` is not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or the dtype not ``"auto"``.
+            ``block_size`` is not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or the dtype neither
+            ``"auto"`` nor ``"bfloat16"``.
         """
         expected = {
             "block_size": (block_size, KV_BLOCK_SIZE),
             "num_kv_heads": (num_kv_heads, 1),
             "head_size": (head_size, KV_CACHE_HEAD_SIZE),
-            "cache_dtype_str": (cache_dtype_str, "auto"),
         }
         for name, (got, want) in expected.items():
             if got != want:
                 raise ValueError(f"sparse_mla: argument '{name}' expected {want!r}, got {got!r}")
+        if cache_dtype_str not in SparseMLABackend.supported_kv_cache_dtypes:
+            raise ValueError(
+                f"sparse_mla: argument 'cache_dtype_str' expected one of "
+                f"{SparseMLABackend.supported_kv_cache_dtypes}, got {cache_dtype_str!r}"
+            )
         return (num_blocks, block_size, head_size)
 
     @staticmethod
@@ -126,6 +167,8 @@ class SparseMLABackend:
         has_sink: bool = False,
         use_sparse: bool = True,
         device_capability: Optional[Tuple[int, int]] = None,
+        attn_type: str = "decoder",
+        **engine_features: object,
     ) -> List[str]:
         """Every reason this configuration is not served; empty when it is.
 
@@ -136,19 +179,28 @@ class SparseMLABackend:
         dtype : torch.dtype
             Activation dtype.
         kv_cache_dtype : str or None
-            ``"auto"`` (= the activation dtype) is the only one served; ``None`` means ``"auto"``.
+            ``"auto"`` (= the activation dtype) or ``"bfloat16"``; ``None`` means ``"auto"``.
         block_size : int
             Slots per cache block.
         use_mla, has_sink, use_sparse : bool
             Model features: MLA, attention sinks, DeepSeek sparse attention.
         device_capability : tuple of int, optional
-            ``(major, minor)``; by default the current CUDA device's. A missing FA3 extension is not a
-            reason: those batches run on the Triton kernel.
+            ``(major, minor)`` (vLLM's ``DeviceCapability`` is such a tuple); by default the current CUDA
+            device's. Judged by :meth:`device_reasons`; a missing FA3 extension is not a reason: those
+            batches run on the Triton kernel.
+        attn_type : str
+            ``"decoder"`` only (vLLM's ``AttentionType.DECODER`` equals it).
+        **engine_features
+            Further flags of the engine's selector, accepted by name (vLLM 0.33.0 passes
+            ``use_mm_prefix``, ``use_per_head_quant_scales``, ``has_sliding_window``, ``use_non_causal``,
+            ``use_batch_invariant``, ``use_kv_connector``, ``use_pcp``, ``use_adaptive_verification``,
+            ``use_dcp``, ``use_rswa``): each truthy one is a reason, except those of
+            :data:`SERVED_ENGINE_FEATURES`.
 
         Returns
         -------
         list of str
-            One reason per unserved feature; device reasons stop the list (FA3 is not probed then).
+            One reason per unserved feature, device reasons last.
         """
         reasons = []
         if head_size not in cls.get_supported_head_sizes():
@@ -169,16 +221,16 @@ class SparseMLABackend:
             reasons.append("attention sinks not supported")
         if not use_sparse:
             reasons.append("dense MLA not supported (sparse top-k attention only)")
+        if attn_type != "decoder":
+            reasons.append(f"attention type {attn_type!r} not supported (decoder only)")
+        for name, value in sorted(engine_features.items()):
+            if value and name not in SERVED_ENGINE_FEATURES:
+                reasons.append(f"{name} not supported")
         if device_capability is None and not torch.cuda.is_available():
             reasons.append("no CUDA device")
             return reasons
         capability = device_capability or torch.cuda.get_device_capability()
-        if not cls.supports_compute_capability(capability):
-            reasons.append(
-                f"compute capability {capability[0]}.{capability[1]} not supported "
-                f"(expected >= {MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]})"
-            )
-        return reasons
+        return reasons + cls.device_reasons(tuple(capability))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -445,7 +497,7 @@ class SparseMLAImpl:
     num_kv_heads : int
         Latent KV heads, 1.
     kv_cache_dtype : str
-        ``"auto"`` only (bf16 cache).
+        ``"auto"`` or ``"bfloat16"`` (bf16 cache).
     alibi_slopes, sliding_window, logits_soft_cap, sinks, kv_sharing_target_layer_name
         Unsupported features; must be ``None``.
     attn_type : str
@@ -484,7 +536,8 @@ class SparseMLAImpl:
             "attention sinks (sinks)": sinks is not None,
             "KV sharing (kv_sharing_target_layer_name)": kv_sharing_target_layer_name is not None,
             f"attention type {attn_type!r} (attn_type; only 'decoder')": attn_type != "decoder",
-            f"KV cache dtype {kv_cache_dtype!r} (kv_cache_dtype; only 'auto', bf16)": kv_cache_dtype != "auto",
+            f"KV cache dtype {kv_cache_dtype!r} (kv_cache_dtype; only 'auto' or 'bfloat16')":
+                kv_cache_dtype not in SparseMLABackend.supported_kv_cache_dtypes,
         }
         for feature, requested in unsupported.items():
             if requested:
@@ -519,9 +572,11 @@ class SparseMLAImpl:
         ----------
         q : torch.Tensor or pair of torch.Tensor
             ``(q_nope [T, N, 512], q_rope [T, N, 64])`` or one `[T, N, 576]` tensor (split by views,
-            no copy); bf16, last dimension contiguous.
+            no copy); bf16, last dimension contiguous, other strides free (vLLM's ``ql_nope`` is a
+            transposed `[N, T, 512]` bmm result).
         kv_cache : torch.Tensor
-            `[num_blocks, 64, 576]` bf16, contiguous.
+            `[num_blocks, 64, 576]` bf16 with contiguous slots; the block stride may exceed `64 * 576`
+            elements (a padded vLLM cache) but must be a whole number of 576-element slots.
         attn_metadata : SparseMLAMetadata
             From :meth:`SparseMLAMetadataBuilder.build` for this step, planned for this layer's ``N``.
         topk_indices : torch.Tensor
@@ -565,11 +620,9 @@ class SparseMLAImpl:
             output = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
         else:
             _check_fast("output", output, (num_tokens, num_heads, KV_LORA_RANK), torch.bfloat16, device)
-        if not kv_cache.is_contiguous():  # every kernel addresses slot s at s * 576 elements
-            raise ValueError(
-                f"sparse_mla: argument 'kv_cache' expected contiguous strides "
-                f"({KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE}, {KV_CACHE_HEAD_SIZE}, 1), got {kv_cache.stride()}"
-            )
+        for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("output", output)):
+            check_unit_last_stride(name, tensor)  # other strides are free: vLLM's transposed ql_nope view
+        check_kv_cache_slot_strides("kv_cache", kv_cache)  # every route: FA3 needs a whole-slot block stride
         if self.check_indices:
             check_topk_indices(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table,
                                kv_cache.shape[0])

@@ -8,6 +8,8 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
+
 DTypes = Union[torch.dtype, Tuple[torch.dtype, ...]]
 
 
@@ -89,3 +91,50 @@ def check_same_device(**tensors: torch.Tensor) -> torch.device:
                 f"sparse_mla: argument '{name}' expected device {first.device} (as '{first_name}'), got {t.device}"
             )
     return first.device
+
+
+def check_unit_last_stride(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """Check that ``tensor``'s last dimension is contiguous (stride 1) and return it; the other strides
+    may be anything, e.g. vLLM's ``ql_nope``, a `[N, T, 512]` bmm result viewed as `[T, N, 512]`.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument and its strides.
+    """
+    if tensor.dim() and tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
+        raise ValueError(f"sparse_mla: argument '{name}' expected unit stride in the last dim, got strides {tensor.stride()}")
+    return tensor
+
+
+def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:
+    """Check that a `[num_blocks, 64, 576]` cache can be read as rows of one slot and return its block
+    stride in slots (``block_stride_rows``, vLLM's name).
+
+    FA3's page-size-1 view and the slot ids of :func:`sparse_mla.kernels.topk_to_slots.topk_to_slots`
+    address slot ``p`` of block ``b`` as row ``b * block_stride_rows + p`` of a flat `[rows, 576]`
+    view, which needs slot stride 576, unit element stride, and a block stride that is a whole number
+    of slots: ``stride(0) % 576 == 0`` and ``stride(0) >= 64 * 576``. vLLM pads the block stride when
+    other layers' pages sit between a layer's blocks (``flat_kv_row_view`` in vLLM 0.33.0
+    ``vllm/v1/attention/backends/mla/sparse_utils.py`` makes the same demand); a contiguous cache
+    has ``block_stride_rows = 64``.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument, the expected strides and the actual ones.
+    """
+    stride_block, stride_slot, stride_elem = kv_cache.stride()
+    min_stride = KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE
+    if stride_elem != 1 or stride_slot != KV_CACHE_HEAD_SIZE:
+        raise ValueError(
+            f"sparse_mla: argument '{name}' expected strides (*, {KV_CACHE_HEAD_SIZE}, 1) (contiguous slots), "
+            f"got {kv_cache.stride()}"
+        )
+    if stride_block % KV_CACHE_HEAD_SIZE or stride_block < min_stride:
+        raise ValueError(
+            f"sparse_mla: argument '{name}' expected a block stride that is a multiple of {KV_CACHE_HEAD_SIZE} "
+            f"elements (one slot, for FA3's page-size-1 view of the cache) and >= {min_stride}, got stride(0) = "
+            f"{stride_block} ({stride_block} % {KV_CACHE_HEAD_SIZE} = {stride_block % KV_CACHE_HEAD_SIZE})"
+        )
+    return stride_block // KV_CACHE_HEAD_SIZE

@@ -35,6 +35,30 @@ def make_kv_cache(num_blocks: int, device: torch.device, generator: torch.Genera
     return torch.randn(shape, generator=generator, device=device).to(torch.bfloat16)
 
 
+def padded_kv_cache(kv_cache: torch.Tensor, block_padding: int) -> torch.Tensor:
+    """A copy of ``kv_cache`` whose blocks lie ``64 * 576 + block_padding`` elements apart, as in a vLLM
+    cache that shares its pages with other layers; the gaps hold NaN, so reading one poisons the result.
+
+    Returns
+    -------
+    torch.Tensor
+        `[num_blocks, 64, 576]` bf16 with strides `(64 * 576 + block_padding, 576, 1)`.
+    """
+    num_blocks = kv_cache.shape[0]
+    block_elems = KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE
+    storage = torch.full((num_blocks, block_elems + block_padding), float("nan"), dtype=kv_cache.dtype,
+                         device=kv_cache.device)
+    padded = storage[:, :block_elems].view(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
+    padded.copy_(kv_cache)
+    return padded
+
+
+def transposed_copy(q: torch.Tensor) -> torch.Tensor:
+    """``q`` `[T, N, D]` stored head-major, as vLLM's ``ql_nope`` (a `[N, T, D]` bmm result viewed as
+    `[T, N, D]`): equal values, strides `(D, T * D, 1)`."""
+    return q.transpose(0, 1).contiguous().transpose(0, 1)
+
+
 def make_queries(
     num_tokens: int, num_heads: int, device: torch.device, generator: torch.Generator
 ) -> Tuple[torch.Tensor, torch.Tensor]:

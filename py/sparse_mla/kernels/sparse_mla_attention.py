@@ -49,14 +49,16 @@ Example
 """
 
 import dataclasses
+import functools
+import itertools
 import math
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import triton
 import triton.language as tl
 
-from sparse_mla.checks import check_same_device, check_tensor
+from sparse_mla.checks import check_same_device, check_tensor, check_unit_last_stride
 from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla import device_info
 from sparse_mla.kernels.triton_support import dot_in_fp32, kernel_device_type
@@ -105,7 +107,9 @@ def _sparse_mla_attention_kernel(
     q_rope_ptr,  # [T, N, 64] bf16, unit stride along the last dim
     q_rope_stride_t,
     q_rope_stride_h,
-    kv_ptr,  # [num_blocks * 64, 576] bf16, contiguous
+    kv_ptr,  # [num_blocks, 64, 576] bf16, unit stride along the last dim
+    kv_stride_block,  # elements between blocks: 64 * 576, or more for a padded (vLLM) cache
+    kv_stride_slot,  # elements between the slots of a block (576 for vLLM's caches)
     topk_ptr,  # [T, K] int32 request-local positions, -1 = none
     topk_stride_t,
     topk_stride_k,
@@ -134,7 +138,6 @@ def _sparse_mla_attention_kernel(
     scale_log2,  # softmax_scale * log2(e)
     LORA_RANK: tl.constexpr,
     ROPE_DIM: tl.constexpr,
-    HEAD_SIZE: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     LN2: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -209,14 +212,15 @@ def _sparse_mla_attention_kernel(
         cols = col_begin + step * BLOCK_N + tl.arange(0, BLOCK_N)
         if ABLATE_GATHER:
             valid = (cols < col_end) & (kv_len > 0)
-            row = ((first_slot + cols) % num_slots) * HEAD_SIZE  # [BLOCK_N] slot offsets
+            slot = (first_slot + cols) % num_slots
+            row = (slot // BLOCK_SIZE) * kv_stride_block + (slot % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N]
         else:
             pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
             block_col = pos // BLOCK_SIZE
             valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
             block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
             valid = valid & (block >= 0) & (block < num_blocks)
-            row = (block.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_SIZE  # [BLOCK_N] slot offsets
+            row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
         if not ABLATE_QK:
             c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
             k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
@@ -511,6 +515,69 @@ class LaunchPlan:
         return self.num_splits * self.head_blocks * self.column_blocks
 
 
+BF16_BYTES = 2
+INT32_BYTES = 4
+INDEX_LOADS_PER_STEP = 2
+"""Index loads of a loop step staged in shared memory: the top-k positions and the block-table entries."""
+
+
+def shared_memory_bytes(config: LaunchConfig, split_iters: int) -> int:
+    """Shared memory one program of ``config`` needs, in bytes: an upper bound of what triton 3.6.0 allocates.
+
+    What the kernel keeps in shared memory (sm_90a TTGIR of triton 3.6.0, see :data:`LOAD_CHAIN_LEVELS`):
+
+    * the query tile `[block_h, 576]` bf16 (wgmma reads its A operand there);
+    * ``kv_buffers = min((num_stages - 1) // 3 + 1, split_iters)`` KV tiles `[block_n, 576]` bf16, plus as
+      many value tiles `[block_n, block_dv]` bf16 when ``block_dv < 512`` (a loop of ``split_iters`` steps
+      holds at most that many tiles);
+    * ``min(num_stages - 1, split_iters)`` buffers of each of the two index loads, `[block_n]` int32.
+
+    Exact for the wgmma configurations the H200 compiler report measured (``results/2026-11-29-h200/
+    kernel_report.txt``): h64/n32/dv512/st7 185,856 B; h64/n32/dv64/st7 (split_iters 8) 198,144 B, the
+    "194 KiB" of :func:`default_launch_config`. Above the 16-head mma.sync ones, which keep the query in
+    registers: h16/n32/dv512 (split_iters 4) 94,720 B measured (bound 130,048 B), h16/n64/dv64 with one step 51,200 B
+    (bound 100,864 B).
+
+    Parameters
+    ----------
+    config : LaunchConfig
+    split_iters : int
+        Loop steps per program: ``plan_launch(...).cols_per_split // config.block_n``.
+    """
+    steps = max(split_iters, 1)
+    kv_buffers = min((config.num_stages - 1) // LOAD_CHAIN_LEVELS + 1, steps)
+    value_tile = config.block_n * config.block_dv if config.block_dv < KV_LORA_RANK else 0
+    index_buffers = min(max(config.num_stages - 1, 1), steps)
+    return (
+        config.block_h * KV_CACHE_HEAD_SIZE * BF16_BYTES
+        + kv_buffers * (config.block_n * KV_CACHE_HEAD_SIZE + value_tile) * BF16_BYTES
+        + index_buffers * INDEX_LOADS_PER_STEP * config.block_n * INT32_BYTES
+    )
+
+
+def default_launch_configs(num_sms: int, topk: int) -> List[LaunchConfig]:
+    """Every configuration :func:`default_launch_config` returns on a GPU of ``num_sms`` SMs for top-k width
+    ``topk``, over all head counts ``1 <= N <= 128`` and token counts ``T >= 1`` (once ``2 * G > num_sms``
+    every larger ``T`` gets rule 2's configuration)."""
+    configs = set()
+    for num_heads in range(1, MAX_NUM_HEADS + 1):
+        for num_tokens in itertools.count(1):
+            config = default_launch_config(num_tokens, num_heads, num_sms, topk)
+            configs.add(config)
+            if 2 * num_tokens * triton.cdiv(num_heads, config.block_h) > num_sms:
+                break
+    return sorted(configs, key=dataclasses.astuple)
+
+
+@functools.lru_cache(maxsize=None)
+def max_default_shared_memory_bytes(num_sms: int, topk: int) -> int:
+    """Most shared memory (:func:`shared_memory_bytes`) any of :func:`default_launch_configs` needs, in bytes."""
+    def split_iters(config: LaunchConfig) -> int:
+        return plan_launch(config.block_h, topk, config).cols_per_split // config.block_n  # independent of N
+
+    return max(shared_memory_bytes(c, split_iters(c)) for c in default_launch_configs(num_sms, topk))
+
+
 def _pow2_floor(x: int) -> int:
     return 1 << (max(x, 1).bit_length() - 1)
 
@@ -648,12 +715,14 @@ def sparse_mla_attention(
     Parameters
     ----------
     q_nope : torch.Tensor
-        `[T, N, 512]` bf16, ``1 <= N <= 128``; unit stride in the last dim (views of a `[T, N, 576]`
-        tensor are fine).
+        `[T, N, 512]` bf16, ``1 <= N <= 128``; unit stride in the last dim, any other strides (views of
+        a `[T, N, 576]` tensor, or vLLM's ``ql_nope``: a `[N, T, 512]` bmm result transposed to `[T, N, 512]`).
     q_rope : torch.Tensor
         `[T, N, 64]` bf16, unit stride in the last dim.
     kv_cache : torch.Tensor
-        `[num_blocks, 64, 576]` bf16, contiguous; slot = `[c_kv (512) | k_rope (64)]`.
+        `[num_blocks, 64, 576]` bf16, unit stride in the last dim; any block and slot strides (a vLLM
+        cache whose blocks sit further apart than `64 * 576` elements is read in place);
+        slot = `[c_kv (512) | k_rope (64)]`.
     topk_indices : torch.Tensor
         `[T, K]` int32 positions inside each token's request, ``-1`` = none (K = 2048 for DeepSeek-V3.2).
     req_id : torch.Tensor
@@ -723,11 +792,8 @@ def sparse_mla_attention(
     tensors = dict(q_nope=q_nope, q_rope=q_rope, kv_cache=kv_cache, topk_indices=topk_indices, req_id=req_id,
                    token_kv_len=token_kv_len, block_table=block_table, out=out)
     check_same_device(**tensors, **({} if lse is None else {"lse": lse}))
-    for name in ("q_nope", "q_rope", "out"):
-        if tensors[name].stride(-1) != 1:
-            raise ValueError(f"sparse_mla: argument '{name}' expected unit stride in the last dim, got {tensors[name].stride()}")
-    if not kv_cache.is_contiguous():
-        raise ValueError(f"sparse_mla: argument 'kv_cache' expected a contiguous tensor, got strides {kv_cache.stride()}")
+    for name in ("q_nope", "q_rope", "kv_cache", "out"):
+        check_unit_last_stride(name, tensors[name])
 
     topk = topk_indices.shape[1]
     if config is None:
@@ -799,7 +865,7 @@ def launch(
     compiled = _sparse_mla_attention_kernel[grid](
         q_nope, q_nope.stride(0), q_nope.stride(1),
         q_rope, q_rope.stride(0), q_rope.stride(1),
-        kv_cache,
+        kv_cache, kv_cache.stride(0), kv_cache.stride(1),
         topk_indices, topk_indices.stride(0), topk_indices.stride(1),
         req_id, req_id.stride(0),
         token_kv_len, token_kv_len.stride(0),
@@ -812,7 +878,6 @@ def launch(
         softmax_scale * LOG2_E,
         LORA_RANK=KV_LORA_RANK,
         ROPE_DIM=QK_ROPE_HEAD_DIM,
-        HEAD_SIZE=KV_CACHE_HEAD_SIZE,
         BLOCK_SIZE=KV_BLOCK_SIZE,
         LN2=LN_2,
         BLOCK_H=config.block_h,

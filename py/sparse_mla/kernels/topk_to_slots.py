@@ -8,7 +8,8 @@ a kernel that reads past the valid count never leaves the cache), plus the valid
 
 Position ``p`` of token ``t`` is valid when ``0 <= p < token_kv_len[t]``, ``p // 64`` is a column of
 ``block_table``, and the block id found there lies in ``[0, num_blocks)``; its slot is
-``block_table[req_id[t], p // 64] * 64 + p % 64``. Anything else is dropped, so a bad index can never
+``block_table[req_id[t], p // 64] * block_stride_rows + p % 64``: a row of the cache's flat slot view
+(:func:`slot_rows_view`; ``block_stride_rows`` is 64 for a contiguous cache, more for a padded one). Anything else is dropped, so a bad index can never
 make attention read outside the cache. ``check=True`` turns dropped indices into errors instead.
 """
 
@@ -18,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from sparse_mla.checks import check_tensor
-from sparse_mla.constants import KV_BLOCK_SIZE
+from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
 from sparse_mla.kernels.triton_support import kernel_device_type
 
 NO_POSITION = -1
@@ -57,6 +58,7 @@ def _topk_to_slots_kernel(
     num_reqs,
     max_blocks,
     num_blocks,
+    block_stride_rows,  # slots between the first slots of consecutive blocks
     BLOCK_SIZE: tl.constexpr,
     BLOCK_K: tl.constexpr,
     FILL: tl.constexpr,
@@ -77,7 +79,7 @@ def _topk_to_slots_kernel(
         other=-1,
     )
     valid = valid & (block >= 0) & (block < num_blocks)
-    slot = block * BLOCK_SIZE + pos % BLOCK_SIZE
+    slot = block * block_stride_rows + pos % BLOCK_SIZE  # fits int32: checked on the host
 
     # Stable compaction: the i-th valid entry goes to column i.
     valid_i32 = valid.to(tl.int32)
@@ -99,6 +101,7 @@ def topk_to_slots(
     slot_ids: Optional[torch.Tensor] = None,
     valid_count: Optional[torch.Tensor] = None,
     check: bool = False,
+    block_stride_rows: int = KV_BLOCK_SIZE,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Convert request-local top-k positions to global slot ids, valid ids first, in one launch.
 
@@ -129,6 +132,9 @@ def topk_to_slots(
         Debugging mode: before the launch, look for entries that are neither ``-1`` nor valid and raise
         on the first one (row-major order). Synchronizes with the host; not for CUDA graphs. Rows with
         ``token_kv_len == 0`` are padding tokens and are not checked.
+    block_stride_rows : int
+        Slots from one block's first slot to the next one's in the flat slot view the ids index:
+        64 for a contiguous cache, ``kv_cache.stride(0) // 576`` for a padded one (:func:`slot_rows_view`).
 
     Returns
     -------
@@ -142,7 +148,8 @@ def topk_to_slots(
     TypeError
         A tensor has another dtype, or ``num_blocks`` is not an int.
     ValueError
-        A shape or device is wrong, ``num_blocks * 64`` does not fit int32, or (with ``check``) an index
+        A shape or device is wrong, ``block_stride_rows < 64``, the largest slot id
+        ``(num_blocks - 1) * block_stride_rows + 63`` does not fit int32, or (with ``check``) an index
         is bad; the message names the token and the column.
 
     Example
@@ -157,10 +164,15 @@ def topk_to_slots(
     check_tensor("block_table", block_table, shape=(None, None), dtype=torch.int32, device=topk_indices.device)
     if isinstance(num_blocks, bool) or not isinstance(num_blocks, int):
         raise TypeError(f"sparse_mla: argument 'num_blocks' expected an int, got {type(num_blocks).__name__}")
-    if not 0 <= num_blocks * KV_BLOCK_SIZE <= MAX_NUM_SLOTS:
+    if isinstance(block_stride_rows, bool) or not isinstance(block_stride_rows, int) or block_stride_rows < KV_BLOCK_SIZE:
         raise ValueError(
-            f"sparse_mla: argument 'num_blocks' expected 0 <= num_blocks * {KV_BLOCK_SIZE} <= {MAX_NUM_SLOTS} "
-            f"(int32 slot ids), got {num_blocks}"
+            f"sparse_mla: argument 'block_stride_rows' expected an int >= {KV_BLOCK_SIZE}, got {block_stride_rows!r}"
+        )
+    num_slots = (num_blocks - 1) * block_stride_rows + KV_BLOCK_SIZE if num_blocks > 0 else 0
+    if num_blocks < 0 or num_slots > MAX_NUM_SLOTS:
+        raise ValueError(
+            f"sparse_mla: argument 'num_blocks' expected 0 <= (num_blocks - 1) * block_stride_rows + {KV_BLOCK_SIZE} "
+            f"<= {MAX_NUM_SLOTS} (int32 slot ids), got num_blocks = {num_blocks}, block_stride_rows = {block_stride_rows}"
         )
     if slot_ids is None:
         slot_ids = torch.empty_like(topk_indices, memory_format=torch.contiguous_format)
@@ -193,6 +205,7 @@ def topk_to_slots(
         block_table.shape[0],
         block_table.shape[1],
         num_blocks,
+        block_stride_rows,
         BLOCK_SIZE=KV_BLOCK_SIZE,
         BLOCK_K=triton.next_power_of_2(max(topk, 1)),
         FILL=FILL_SLOT,
@@ -260,3 +273,32 @@ def check_topk_indices(
         f"{where}: block_table[{int(reqs[t])}, {int(block_col[t, c])}] expected in [0, num_blocks = {num_blocks}), "
         f"got {int(block[t, c])}"
     )
+
+
+def slot_rows_view(kv_cache: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    """The cache as the flat rows that slot ids index, and its block stride in rows; no copy.
+
+    Parameters
+    ----------
+    kv_cache : torch.Tensor
+        `[num_blocks, 64, 576]` with contiguous slots and a block stride that is a whole number of slots
+        (:func:`sparse_mla.checks.check_kv_cache_slot_strides`), e.g. a padded vLLM cache.
+
+    Returns
+    -------
+    rows : torch.Tensor
+        `[(num_blocks - 1) * block_stride_rows + 64, 576]` view with strides `(576, 1)`: slot ``p`` of
+        block ``b`` is row ``b * block_stride_rows + p``; rows in a padding gap are never addressed by
+        :func:`topk_to_slots`. FA3's page-size-1 k/v caches are its column slices.
+    block_stride_rows : int
+        ``kv_cache.stride(0) // 576``; 64 for a contiguous cache.
+
+    Raises
+    ------
+    ValueError
+        The strides do not allow the view (see :func:`sparse_mla.checks.check_kv_cache_slot_strides`).
+    """
+    block_stride_rows = check_kv_cache_slot_strides("kv_cache", kv_cache)
+    num_blocks = kv_cache.shape[0]
+    num_rows = (num_blocks - 1) * block_stride_rows + KV_BLOCK_SIZE if num_blocks else 0
+    return kv_cache.as_strided((num_rows, KV_CACHE_HEAD_SIZE), (KV_CACHE_HEAD_SIZE, 1)), block_stride_rows

@@ -22,6 +22,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 from sparse_mla.checks import check_same_device, check_tensor
+from sparse_mla.kernels.topk_to_slots import slot_rows_view
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 
 LIBRARY_NAME = "libsparse_mla_fa3.so"
@@ -244,8 +245,9 @@ def sparse_mla_fwd(
     """Sparse MLA on FA3: each token attends the first ``cache_seqlens[t]`` slots of its page-table row.
 
     A launcher for callers that validated their arguments (the backend's FA3 route, the benchmark):
-    no checks beyond FA3's own. The cache is viewed as pages of one slot: keys the rotary part
-    `[num_blocks * 64, 1, 1, 64]`, values the latent part `[num_blocks * 64, 1, 1, 512]`.
+    no checks beyond FA3's own. The cache is viewed as pages of one slot (the rows of
+    :func:`~sparse_mla.kernels.topk_to_slots.slot_rows_view`): keys the rotary part `[rows, 1, 1, 64]`,
+    values the latent part `[rows, 1, 1, 512]`.
 
     Parameters
     ----------
@@ -254,9 +256,9 @@ def sparse_mla_fwd(
     q_rope : torch.Tensor
         `[T, N, 64]` bf16, unit last stride.
     kv_cache : torch.Tensor
-        `[num_blocks, 64, 576]` bf16, contiguous.
+        `[num_blocks, 64, 576]` bf16, contiguous slots, block stride a whole number of slots.
     page_table : torch.Tensor
-        `[T, topk]` int32 slot ids, valid ones first, all in ``[0, num_blocks * 64)``.
+        `[T, topk]` int32 row ids of that view, valid ones first (``topk_to_slots`` with its ``block_stride_rows``).
     cache_seqlens : torch.Tensor
         `[T]` int32 valid slot count of each row.
     cu_seqlens_q : torch.Tensor
@@ -284,9 +286,9 @@ def sparse_mla_fwd(
     availability = is_available()
     if not availability:
         raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
-    slots = kv_cache.shape[0] * kv_cache.shape[1]
-    k_cache = kv_cache[..., KV_LORA_RANK:].view(slots, 1, 1, QK_ROPE_HEAD_DIM)
-    v_cache = kv_cache[..., :KV_LORA_RANK].view(slots, 1, 1, KV_LORA_RANK)
+    rows, _ = slot_rows_view(kv_cache)
+    k_cache = rows[:, KV_LORA_RANK:].view(-1, 1, 1, QK_ROPE_HEAD_DIM)
+    v_cache = rows[:, :KV_LORA_RANK].view(-1, 1, 1, KV_LORA_RANK)
     out, lse, _, _ = _fwd(q_rope, k_cache, v_cache, q_nope, out, cu_seqlens_q, cache_seqlens, 1, page_table,
                           softmax_scale, False, scheduler_metadata, num_splits)
     return out, lse

@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from sparse_mla.constants import KV_CACHE_HEAD_SIZE
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.ops import fa3
 
@@ -95,7 +96,8 @@ def run(
     """Convert the indices into the step's page table, then FA3; ``lse`` receives FA3's `[N, T]` LSE transposed."""
     step = metadata.prepared
     topk_to_slots(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table, kv_cache.shape[0],
-                  slot_ids=step.page_table, valid_count=step.cache_seqlens)
+                  slot_ids=step.page_table, valid_count=step.cache_seqlens,
+                  block_stride_rows=kv_cache.stride(0) // KV_CACHE_HEAD_SIZE)
     _, fa3_lse = fa3.sparse_mla_fwd(
         q_nope, q_rope, kv_cache, page_table=step.page_table, cache_seqlens=step.cache_seqlens,
         cu_seqlens_q=metadata.cu_seqlens_q, softmax_scale=softmax_scale, num_splits=metadata.plan.num_splits,

@@ -1,0 +1,272 @@
+"""vLLM's sparse-MLA attention-backend interface mapped onto :mod:`sparse_mla.backend`.
+
+Checked against vLLM 0.33.0 (commit ``4ba787ec9``, wheel ``vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64``):
+the base classes of ``vllm/v1/attention/backend.py``; how the selector calls ``validate_configuration``
+(``vllm/platforms/cuda.py``: ``device_capability=...`` plus every ``AttentionSelectorConfig`` field of
+``vllm/v1/attention/selector.py``); how ``MLAAttention`` (``vllm/model_executor/layers/attention/
+mla_attention.py``) constructs the impl and how DeepSeek-V3.2's layer (``vllm/models/deepseek_v32/
+attention.py``) calls ``prepare_for_batch``, ``record_logical_topk_ready`` and ``forward_mqa((ql_nope, q_pe),
+kv_cache, attn_metadata, layer)`` with ``ql_nope`` a transposed `[N, T, 512]` bmm result. The model's
+indexer writes request-local top-k positions into ``topk_indices_buffer`` `[max_num_batched_tokens, 2048]`
+int32; vLLM's caches may lie further apart than `64 * 576` elements per block (``flat_kv_row_view`` in
+``vllm/v1/attention/backends/mla/sparse_utils.py``). FlashAttnMLASparse (``flashattn_mla_sparse.py``) and
+FlashMLASparse (``flashmla_sparse.py``) are the in-tree backends this one stands beside.
+
+Every token runs on the top-k path (no dense-MHA prefill): the metadata reports all tokens as decode
+tokens and no prefill, so the layer hands the whole batch to :meth:`SparseMLAVllmImpl.forward_mqa`.
+"""
+
+import dataclasses
+from typing import Any, ClassVar, List, Optional, Tuple, Union
+
+import torch
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionMetadata,
+    AttentionMetadataBuilder,
+    MLAAttentionImpl,
+)
+
+from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+
+# --------------------------------------------------------------------------------------------------
+# Backend
+
+
+class SparseMLAVllmBackend(SparseMLABackend, AttentionBackend):
+    """:class:`~sparse_mla.backend.SparseMLABackend` as vLLM's selector and model runner ask for it."""
+
+    @staticmethod
+    def get_builder_cls() -> type:
+        return SparseMLAVllmMetadataBuilder
+
+    @staticmethod
+    def get_impl_cls() -> type:
+        return SparseMLAVllmImpl
+
+    @staticmethod
+    def get_metadata_cls() -> type:
+        return SparseMLAVllmMetadata
+
+    @classmethod
+    def is_mla(cls) -> bool:
+        return True
+
+    @classmethod
+    def is_sparse(cls) -> bool:
+        return True
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> List[int]:
+        """`[64]`; vLLM splits larger cache blocks into 64-slot kernel blocks."""
+        return [KV_BLOCK_SIZE]
+
+    @classmethod
+    def customize_spec(cls, spec: Any) -> Any:
+        """Blocks a whole number of slots apart (1152 bytes), as FA3's page-size-1 view of the cache needs
+        (:func:`sparse_mla.checks.check_kv_cache_slot_strides`); vLLM's ``block_stride_alignment`` is in bytes."""
+        return dataclasses.replace(spec, block_stride_alignment=KV_CACHE_HEAD_SIZE * torch.bfloat16.itemsize)
+
+    @classmethod
+    def validate_configuration(cls, block_size: Optional[int] = None, **selector_config: Any) -> List[str]:
+        """vLLM's selector call, ``validate_configuration(device_capability=..., **AttentionSelectorConfig)``.
+
+        A ``block_size`` that is ``None`` (not chosen yet) or a multiple of 64 is served (vLLM splits its
+        blocks into kernel blocks); everything else is judged by
+        :meth:`sparse_mla.backend.SparseMLABackend.validate_configuration`.
+        """
+        served = block_size is None or block_size % KV_BLOCK_SIZE == 0
+        return super().validate_configuration(block_size=KV_BLOCK_SIZE if served else block_size, **selector_config)
+
+
+# --------------------------------------------------------------------------------------------------
+# Metadata
+
+
+@dataclasses.dataclass
+class SparseMLAVllmMetadata(AttentionMetadata):
+    """One step's metadata: ours, plus the counts vLLM's MLA layer reads to split decode from prefill."""
+
+    core: SparseMLAMetadata  # what SparseMLAImpl.forward reads
+    num_actual_tokens: int  # T, CUDA-graph padding included
+    num_reqs: int
+    num_decodes: int  # = num_reqs: every request runs on the top-k (MQA) path
+    num_decode_tokens: int  # = num_actual_tokens
+    num_prefills: int = 0
+    prefill: None = None  # no dense-MHA prefill
+
+
+# --------------------------------------------------------------------------------------------------
+# Metadata builder
+
+
+class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBuilder):
+    """:class:`~sparse_mla.backend.SparseMLAMetadataBuilder` with vLLM's constructor and CUDA-graph claim.
+
+    ``UNIFORM_BATCH``: full CUDA graphs of decode and speculative-decode batches (the build reads only
+    device tensors and the padded token count); mixed batches run piecewise, as FlashAttnMLASparse's.
+
+    Raises
+    ------
+    ValueError
+        The layer's kernel block size is not 64.
+    """
+
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    def __init__(self, kv_cache_spec: Any, layer_names: List[str], vllm_config: Any, device: torch.device):
+        if kv_cache_spec.block_size != KV_BLOCK_SIZE:
+            raise ValueError(
+                f"sparse_mla: argument 'kv_cache_spec.block_size' expected {KV_BLOCK_SIZE}, got {kv_cache_spec.block_size}"
+            )
+        SparseMLAMetadataBuilder.__init__(
+            self,
+            vllm_config.scheduler_config.max_num_batched_tokens,
+            device,
+            # Heads of this rank, as vLLM's FlashMLASparse builder asks (vllm 0.33.0, flashmla_sparse.py).
+            vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config),
+            index_topk=vllm_config.model_config.hf_text_config.index_topk,
+        )
+        AttentionMetadataBuilder.__init__(self, kv_cache_spec, layer_names, vllm_config, device)
+
+    def build(self, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False) -> SparseMLAVllmMetadata:
+        """Our metadata from vLLM's ``CommonAttentionMetadata`` (same field names), every token a decode token."""
+        core = super().build(common_prefix_len, common_attn_metadata, fast_build)
+        return SparseMLAVllmMetadata(
+            core=core,
+            num_actual_tokens=core.num_actual_tokens,
+            num_reqs=core.num_reqs,
+            num_decodes=core.num_reqs,
+            num_decode_tokens=core.num_actual_tokens,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Impl
+
+
+class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
+    """:class:`~sparse_mla.backend.SparseMLAImpl` with vLLM's constructor and ``forward_mqa``.
+
+    The top-k rows come from the indexer's ``topk_indices_buffer`` (read through the indexer on every call,
+    as vLLM's ``SharedTopkIndicesBuffer`` does: a draft model's indexers are repointed after construction).
+    vLLM writes the cache itself (the inherited ``do_kv_cache_update``).
+
+    Raises
+    ------
+    NotImplementedError
+        Decode context parallelism, query head padding, or a feature :class:`SparseMLAImpl` rejects.
+    ValueError
+        Latent or rotary width other than 512 / 64, or neither an indexer nor a top-k buffer.
+    """
+
+    is_sparse: ClassVar[bool] = True
+    supports_dense_mha_prefill = False  # every token on the top-k path
+    supports_pcp = False
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int,
+        alibi_slopes: Optional[List[float]],
+        sliding_window: Optional[int],
+        kv_cache_dtype: str,
+        logits_soft_cap: Optional[float],
+        attn_type: str,
+        kv_sharing_target_layer_name: Optional[str],
+        q_lora_rank: Optional[int],
+        kv_lora_rank: int,
+        qk_nope_head_dim: int,
+        qk_rope_head_dim: int,
+        qk_head_dim: int,
+        v_head_dim: int,
+        kv_b_proj: Any,
+        indexer: Optional[object] = None,
+        q_pad_num_heads: Optional[int] = None,
+        topk_indices_buffer: Optional[torch.Tensor] = None,
+        index_group_builder: Optional[object] = None,
+    ):
+        if (kv_lora_rank, qk_rope_head_dim) != (KV_LORA_RANK, QK_ROPE_HEAD_DIM):
+            raise ValueError(
+                f"sparse_mla: arguments '(kv_lora_rank, qk_rope_head_dim)' expected ({KV_LORA_RANK}, "
+                f"{QK_ROPE_HEAD_DIM}), got ({kv_lora_rank}, {qk_rope_head_dim})"
+            )
+        if q_pad_num_heads not in (None, num_heads):
+            raise NotImplementedError(f"sparse_mla: query head padding (q_pad_num_heads={q_pad_num_heads}) is not supported")
+        if self.dcp_world_size > 1:  # set by vLLM's AttentionImplBase.__new__
+            raise NotImplementedError(f"sparse_mla: decode context parallelism (size {self.dcp_world_size}) is not supported")
+        if indexer is None and topk_indices_buffer is None:
+            raise ValueError("sparse_mla: sparse MLA needs an 'indexer' or a 'topk_indices_buffer', got neither")
+        super().__init__(
+            num_heads,
+            scale,
+            head_size=head_size,
+            num_kv_heads=num_kv_heads,
+            kv_cache_dtype=kv_cache_dtype,
+            sliding_window=sliding_window,
+            logits_soft_cap=logits_soft_cap,
+            attn_type=attn_type,
+            kv_sharing_target_layer_name=kv_sharing_target_layer_name,
+            alibi_slopes=None if alibi_slopes is None else torch.tensor(alibi_slopes),
+        )
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self._indexer = indexer
+        self._topk_indices_buffer = topk_indices_buffer
+        # index_group_builder: vLLM's cross-layer conversion of top-k rows to slot ids; each forward converts
+        # its own rows (or the fused kernel reads them directly), so there is nothing to register.
+
+    @property
+    def topk_indices_buffer(self) -> torch.Tensor:
+        """`[max_num_batched_tokens, 2048]` int32 request-local top-k rows, the indexer's when there is one."""
+        if self._indexer is not None:
+            return self._indexer.topk_indices_buffer
+        return self._topk_indices_buffer
+
+    def record_logical_topk_ready(self) -> None:
+        """vLLM's hook after the indexer wrote this step's rows; nothing to do (no index group)."""
+
+    def forward_mqa(
+        self,
+        q: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]],
+        kv_c_and_k_pe_cache: torch.Tensor,
+        attn_metadata: SparseMLAVllmMetadata,
+        layer: Any,
+    ) -> Tuple[torch.Tensor, None]:
+        """Sparse attention of every token of the step, on vLLM's tensors as they come.
+
+        Parameters
+        ----------
+        q : torch.Tensor or pair of torch.Tensor
+            ``(ql_nope [T, N, 512], q_pe [T, N, 64])`` bf16 (``ql_nope`` may be a transposed view) or one
+            `[T, N, 576]` tensor.
+        kv_c_and_k_pe_cache : torch.Tensor
+            `[num_blocks, 64, 576]` bf16, block stride a whole number of slots (vLLM may pad it).
+        attn_metadata : SparseMLAVllmMetadata
+            From :meth:`SparseMLAVllmMetadataBuilder.build` for this step.
+        layer : AttentionLayer
+            Unused.
+
+        Returns
+        -------
+        tuple
+            ``(out [T, N, 512] bf16, None)``: no LSE (no decode context parallelism).
+
+        Raises
+        ------
+        ValueError
+            ``T`` differs from the metadata's token count (a dense-MHA prefill split, which this backend never asks for).
+        """
+        num_tokens = (q[0] if isinstance(q, (tuple, list)) else q).shape[0]
+        if num_tokens != attn_metadata.num_actual_tokens:
+            raise ValueError(
+                f"sparse_mla: argument 'q' expected {attn_metadata.num_actual_tokens} tokens (the step's), got {num_tokens}"
+            )
+        topk_indices = self.topk_indices_buffer[:num_tokens]
+        return self.forward(q, kv_c_and_k_pe_cache, attn_metadata.core, topk_indices), None
