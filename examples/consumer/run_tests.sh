@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # This consumer workspace's checks, through sparse_mla's tools/bazel (CI runs the CPU ones):
-#   run_tests.sh        every test on the CPU; //:fa3_op_test analysed, and its build must stop
-#                       with sparse_mla's advice instead of compiling CUDA
+#   run_tests.sh        every test on the CPU; sparse_mla's package queried without downloading the
+#                       FA3 sources; //:fa3_op_test analysed, and its build must stop with
+#                       sparse_mla's advice instead of compiling CUDA
 #   run_tests.sh sm90   on a Hopper machine with CUDA: every test, //:fa3_op_test built and run
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -9,6 +10,8 @@ bazel=../../tools/bazel
 case "${1:-cpu}" in
   cpu)
     "$bazel" test //...
+    # Every select branch, the CUDA one included: placeholders, not a download (CI has no GitHub).
+    "$bazel" query 'deps(@sparse_mla//py:sparse_mla)' >/dev/null
     "$bazel" build --nobuild //:fa3_op_test
     log=$(mktemp)
     if "$bazel" build //:fa3_op_test 2>"$log"; then

@@ -72,7 +72,7 @@ def pytest_test(name, srcs, gpu = False, size = "medium", deps = [Label("//py:sp
       srcs: the pytest file (one).
       gpu: needs a Hopper GPU; adds GPU_TEST_TAGS.
       size: the Bazel test size (timeout class).
-      deps: py_library targets under test.
+      deps: py_library targets under test (default: sparse_mla's package).
       data: extra runtime files.
       tags: extra tags.
     """
