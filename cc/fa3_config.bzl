@@ -37,6 +37,9 @@ FA3_DISABLED_FEATURES = [
 
 FA3_DEFINES = FA3_SEED_DEFINES + ["FLASHATTENTION_DISABLE_" + f for f in FA3_DISABLED_FEATURES]
 
+FA3_API_SOURCE = "@sparse_mla_sgl_attn//:hopper/flash_api.cpp"
+"""FA3's host API (mha_fwd and its dispatch), compiled by the host compiler."""
+
 FA3_SUPPORT_SOURCES = [
     "@sparse_mla_sgl_attn//:hopper/flash_fwd_combine.cu",
     "@sparse_mla_sgl_attn//:hopper/flash_prepare_scheduler.cu",
@@ -63,3 +66,6 @@ FA3_OTHER_HDIM64_INSTANTIATIONS = [_instantiation(v) for v in [
 ]]
 """The other ten kernels flash_api.cpp's dispatch references in this configuration; built with
 --//tools/cuda:fa3_variants=hdim64, otherwise cc/fa3_variants_not_built.cc stands in for them."""
+
+FA3_UPSTREAM_FILES = [FA3_API_SOURCE] + FA3_SUPPORT_SOURCES + FA3_MLA_INSTANTIATIONS + FA3_OTHER_HDIM64_INSTANTIATIONS
+"""Every sgl-attn file //cc names; a placeholder @sparse_mla_sgl_attn (CPU machines) holds these."""

@@ -1,9 +1,14 @@
 """`pinned_source_repository`: an upstream source tree, pinned by checksum, with a local override.
 
-Environment variables read (each declared in `environ`, so a change refetches):
+Environment variables read (each declared in `environ`, so a change refetches; `--repo_env` sets them):
   the one named by the `local_env` attribute, e.g. SGL_ATTN_SRC_DIR or CUTLASS_SRC_DIR:
       an absolute path to a local tree with the same layout as the archive after its top folder.
       When set, nothing is downloaded; the tree is used as it is (the checksum does not apply).
+  SPARSE_MLA_ENABLE_CUDA: `1` lets the pinned archive be downloaded (--config=sm90 sets it beside
+      --//tools/cuda:enable_cuda=true). Otherwise, and without a local tree, the repository holds
+      placeholders: the `placeholder_paths` files, each an `#error` saying how to get the real
+      sources. The CUDA sources are only compiled when CUDA is enabled, but `bazel query` and
+      `bazel fetch` visit every branch of a `select`, so this keeps CPU machines from downloading them.
 
 The archive's top folder is found, not named: GitHub names it after the repository's current
 name (sgl-attn-<commit> or sgl-flash-attn-<commit>), so a fixed strip prefix would break on a rename.
@@ -11,6 +16,8 @@ Which source was used is printed when the repository is fetched and written to S
 """
 
 _DOWNLOAD_DIR = "_archive"
+
+ENABLE_CUDA_ENV = "SPARSE_MLA_ENABLE_CUDA"
 
 def _fail(ctx, what, remedy):
     fail("sparse_mla: @%s: %s. %s" % (ctx.name, what, remedy))
@@ -55,9 +62,22 @@ def _download(ctx):
     _link_children(ctx, top)
     return "%s (sha256 %s)" % (ctx.attr.urls[0], ctx.attr.sha256)
 
+def _write_placeholders(ctx):
+    message = ("sparse_mla: @%s holds placeholders, not the upstream sources: they are fetched for CUDA " +
+               "builds only. Build with --config=sm90, which sets --repo_env=%s=1 beside " +
+               "--@sparse_mla//tools/cuda:enable_cuda=true, or set %s to a local tree.") % (ctx.name, ENABLE_CUDA_ENV, ctx.attr.local_env)
+    for path in ctx.attr.placeholder_paths:
+        ctx.file(path, "#error \"%s\"\n" % message)
+    return "placeholders (%s is not 1 and %s is not set)" % (ENABLE_CUDA_ENV, ctx.attr.local_env)
+
 def _pinned_source_repository_impl(ctx):
     local_dir = ctx.os.environ.get(ctx.attr.local_env, "")
-    source = _use_local_tree(ctx, local_dir) if local_dir else _download(ctx)
+    if local_dir:
+        source = _use_local_tree(ctx, local_dir)
+    elif ctx.os.environ.get(ENABLE_CUDA_ENV, "") == "1":
+        source = _download(ctx)
+    else:
+        source = _write_placeholders(ctx)
     print("sparse_mla: @%s from %s" % (ctx.name, source))  # buildifier: disable=print
     ctx.file("SOURCE.txt", source + "\n")
     ctx.symlink(ctx.attr.build_file, "BUILD.bazel")
@@ -73,7 +93,8 @@ pinned_source_repository = repository_rule(
         "strip_prefix": attr.string(default = "", doc = "Folder inside the archive to use; empty: its single top folder."),
         "local_env": attr.string(mandatory = True, doc = "Environment variable naming a local tree to use instead."),
         "required_paths": attr.string_list(default = [], doc = "Paths the tree must contain; checked with a clear error."),
+        "placeholder_paths": attr.string_list(default = [], doc = "Files the placeholder tree holds: every one the BUILD overlay's users name."),
         "build_file": attr.label(mandatory = True, allow_single_file = True, doc = "The BUILD overlay of ours."),
     },
-    environ = ["SGL_ATTN_SRC_DIR", "CUTLASS_SRC_DIR"],
+    environ = ["SGL_ATTN_SRC_DIR", "CUTLASS_SRC_DIR", ENABLE_CUDA_ENV],
 )

@@ -16,3 +16,13 @@ def sparse_mla_dependencies():
     maybe(cutlass_repository, name = "sparse_mla_cutlass")
     maybe(cuda_configure, name = "sparse_mla_cuda")
     maybe(python_configure, name = "sparse_mla_python")
+
+def sparse_mla_register_toolchains():
+    """Registers @sparse_mla_python's interpreter as Bazel's Python toolchain.
+
+    Plain py_binary / py_test targets then run the interpreter that has PyTorch (PYTHON_BIN_PATH, or
+    python3 on PATH when Bazel started), also under --incompatible_strict_action_env, whose PATH
+    (/bin:/usr/bin:/usr/local/bin) would otherwise give them the system's python3. Call it after
+    sparse_mla_dependencies(); a Python toolchain registered before it takes precedence.
+    """
+    native.register_toolchains("@sparse_mla_python//:py_toolchain")

@@ -5,7 +5,9 @@ for sgl-attn). Its `include/` and `tools/util/include/` are byte-identical to th
 PyPI wheel nvidia-cutlass==4.2.0.0 under `cutlass_library/source/` (compared file by file, 871
 files), so the pin is that wheel: its sha256 is PyPI's published digest. Recompute with
 `pip download --no-deps nvidia-cutlass==4.2.0.0 && sha256sum nvidia_cutlass-4.2.0.0-py3-none-any.whl`.
-Local override: CUTLASS_SRC_DIR=/abs/path/to/a/cutlass checkout (needs include/cutlass/cutlass.h).
+Local override: CUTLASS_SRC_DIR=/abs/path/to/a/cutlass checkout (needs include/cutlass/cutlass.h,
+include/cute/ and tools/util/include/). Downloaded only with SPARSE_MLA_ENABLE_CUDA=1
+(--config=sm90); placeholders otherwise.
 """
 
 load("//third_party:pinned_source.bzl", "pinned_source_repository")
@@ -24,5 +26,6 @@ def cutlass_repository(name):
         strip_prefix = "cutlass_library/source",
         local_env = "CUTLASS_SRC_DIR",
         required_paths = ["include/cutlass/cutlass.h", "include/cute/tensor.hpp", "tools/util/include"],
+        placeholder_paths = ["include/cutlass/cutlass.h"],
         build_file = Label("//third_party/cutlass:cutlass.BUILD"),
     )

@@ -6,8 +6,10 @@ Pin: the commit and archive checksum SGLang's own sgl-kernel build uses
 archive's top folder follows the current name, so pinned_source_repository finds it instead of
 deriving it.
 Local override: SGL_ATTN_SRC_DIR=/abs/path/to/a/checkout (needs hopper/flash_api.cpp).
+Downloaded only with SPARSE_MLA_ENABLE_CUDA=1 (--config=sm90); placeholders otherwise.
 """
 
+load("//cc:fa3_config.bzl", "FA3_UPSTREAM_FILES")
 load("//third_party:pinned_source.bzl", "pinned_source_repository")
 
 SGL_ATTN_COMMIT = "bcf72ccc6816b36a5fae2c5a3c027604629785e0"
@@ -20,5 +22,6 @@ def sgl_attn_repository(name):
         sha256 = SGL_ATTN_SHA256,
         local_env = "SGL_ATTN_SRC_DIR",
         required_paths = ["hopper/flash_api.cpp", "hopper/instantiations"],
+        placeholder_paths = [label.split("//:", 1)[1] for label in FA3_UPSTREAM_FILES],
         build_file = Label("//third_party/sgl_attn:sgl_attn.BUILD"),
     )

@@ -1,14 +1,16 @@
-"""Sums the JUnit XML files pytest wrote under bazel-testlogs and prints one closing line:
-'sparse_mla: N passed, N failed, N skipped'. Exits 1 when no test ran at all."""
+"""Sums the JUnit XML files under one or more bazel-testlogs folders (pytest's, or Bazel's own for
+tests that write none) and prints one closing line: 'sparse_mla: N passed, N failed, N skipped'.
+Exits 1 when no test ran at all."""
 
 import pathlib
 import sys
 import xml.etree.ElementTree as ElementTree
 
 
-def main(testlogs: str) -> int:
+def main(testlogs_folders: list) -> int:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for path in sorted(pathlib.Path(testlogs).glob("**/test.xml")):
+    paths = [path for folder in testlogs_folders for path in sorted(pathlib.Path(folder).glob("**/test.xml"))]
+    for path in paths:
         root = ElementTree.parse(path).getroot()
         suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
         for suite in suites:
@@ -21,4 +23,4 @@ def main(testlogs: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "bazel-testlogs"))
+    sys.exit(main(sys.argv[1:] or ["bazel-testlogs"]))

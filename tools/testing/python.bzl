@@ -64,22 +64,22 @@ py_interpreter_binary = rule(
 GPU_TEST_TAGS = ["gpu", "requires-gpu-nvidia", "requires-gpu-sm90-only", "exclusive"]
 """Tags of tests that need a Hopper GPU: left out by default, run one at a time by --config=sm90."""
 
-def pytest_test(name, srcs, gpu = False, size = "medium", deps = ["//py:sparse_mla"], data = [], tags = []):
-    """One pytest file as a Bazel test.
+def pytest_test(name, srcs, gpu = False, size = "medium", deps = [Label("//py:sparse_mla")], data = [], tags = []):
+    """One pytest file as a Bazel test; usable from other workspaces as `@sparse_mla//tools/testing:python.bzl`.
 
     Args:
       name: the test's name.
       srcs: the pytest file (one).
       gpu: needs a Hopper GPU; adds GPU_TEST_TAGS.
       size: the Bazel test size (timeout class).
-      deps: py_library targets under test.
+      deps: py_library targets under test (default: sparse_mla's package).
       data: extra runtime files.
       tags: extra tags.
     """
     py_interpreter_test(
         name = name,
         srcs = srcs,
-        main = "//tools/testing:pytest_main.py",
+        main = Label("//tools/testing:pytest_main.py"),
         deps = deps,
         data = data,
         size = size,

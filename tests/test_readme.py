@@ -1,0 +1,47 @@
+"""The README's copies of example files equal the files, so the README cannot drift from what CI runs.
+
+A copy is a fenced block right after the line ``<!-- copy of PATH; ... -->``.
+"""
+
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent  # the checkout, or its runfiles tree under Bazel
+CONSUMER_PREFIX = "examples/consumer/"
+# Under Bazel the consumer workspace's files come through the repository @sparse_mla_example_consumer.
+CONSUMER_REPOSITORY = ROOT.parent / "sparse_mla_example_consumer"
+
+COPIED = [
+    "examples/decode_step.py",
+    "examples/consumer/WORKSPACE",
+    "examples/consumer/BUILD.bazel",
+    "examples/consumer/.bazelrc",
+]
+"""Every file the README copies: a copy removed from the README fails as well as a changed one."""
+
+_COPY = re.compile(r"^<!-- copy of (\S+); [^\n]*-->\n```[a-z]*\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def _source(path: str) -> pathlib.Path:
+    if path.startswith(CONSUMER_PREFIX) and CONSUMER_REPOSITORY.is_dir():
+        return CONSUMER_REPOSITORY / path[len(CONSUMER_PREFIX):]
+    return ROOT / path
+
+
+def _copies() -> dict:
+    return dict(_COPY.findall((ROOT / "README.md").read_text()))
+
+
+def test_readme_copies_exactly_the_listed_files():
+    assert sorted(_copies()) == sorted(COPIED)
+
+
+@pytest.mark.parametrize("path", COPIED)
+def test_copy_equals_the_file(path):
+    copy = _copies().get(path)
+    assert copy is not None, f"README.md has no copy of {path}"
+    assert copy == _source(path).read_text(), (
+        f"README.md's copy of {path} differs from the file; paste the file into the README again"
+    )
