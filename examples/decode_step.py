@@ -62,7 +62,7 @@ for r, n in enumerate(seq_lens):
     topk_indices[r, : min(n, topk)] = torch.rand(n).topk(min(n, topk)).indices.to(torch.int32)
 topk_indices = topk_indices.to(device)
 
-builder = SparseMLAMetadataBuilder(max_num_batched_tokens=256, device=device)
+builder = SparseMLAMetadataBuilder(max_num_batched_tokens=256, device=device, num_heads=num_heads)
 impl = SparseMLAImpl(num_heads)  # softmax scale 192 ** -0.5 (DeepSeek-V3.2)
 reference_cache = kv_cache.clone()
 reference_cache.view(-1, 576)[common.slot_mapping] = torch.cat([kv_c_normed, k_pe], dim=-1)  # what write_kv must do

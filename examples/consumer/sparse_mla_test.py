@@ -46,7 +46,7 @@ class SparseMLAFromConsumerTest(unittest.TestCase):
             slot_mapping=torch.tensor([99, 64, 65, 66]),
             block_table_tensor=torch.tensor([[0, 2], [1, 0]], dtype=torch.int32),
         )
-        metadata = SparseMLAMetadataBuilder(max_num_batched_tokens=8, device=CPU).build(0, common)
+        metadata = SparseMLAMetadataBuilder(max_num_batched_tokens=8, device=CPU, num_heads=16).build(0, common)
         self.assertEqual(metadata.req_id.tolist(), [0, 1, 1, 1])
         self.assertEqual(metadata.token_kv_len.tolist(), [100, 1, 2, 3])
 

@@ -13,23 +13,18 @@ and ``v_cache`` = c_kv viewed as pages of one slot, ``page_table`` = each token'
 and shared by every layer.
 """
 
-import dataclasses
 import functools
-import os
-from pathlib import Path
 from typing import Optional, Tuple, Union
 
 import torch
 
 from sparse_mla.checks import check_same_device, check_tensor
+from sparse_mla.ops.library import Availability, load_op_library
 from sparse_mla.kernels.topk_to_slots import slot_rows_view
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 
 LIBRARY_NAME = "libsparse_mla_fa3.so"
 LIBRARY_ENV = "SPARSE_MLA_FA3_LIBRARY"
-REQUIRED_MAJOR_CAPABILITY = 9
-"""The kernels are compiled for sm_90a only, which runs on Hopper (compute capability 9.x) alone."""
-
 TILE_M = 64
 """Query rows per FA3 tile for head dim 64 / value dim 512 in bf16 (sgl-attn ``hopper/tile_size.h``)."""
 
@@ -46,33 +41,6 @@ attention: dynamic split count, query tiles, sorted sequence order (sgl-attn 10d
 there for causal or local attention)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Availability:
-    """Whether FA3 can run here; false with the reason when it cannot. Truthy when available."""
-
-    ok: bool
-    reason: str = ""
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-def library_path() -> Optional[Path]:
-    """Where the op library is: ``$SPARSE_MLA_FA3_LIBRARY``, else beside the package (Bazel runfiles).
-
-    Paths are not resolved: Bazel's runfiles are symlinks into the source tree, where no build
-    output lives.
-    """
-    override = os.environ.get(LIBRARY_ENV)
-    if override:
-        return Path(override)
-    package_dir = Path(os.path.abspath(__file__)).parent.parent
-    for candidate in (package_dir / LIBRARY_NAME, package_dir.parent.parent / "cc" / LIBRARY_NAME):
-        if candidate.exists():
-            return candidate
-    return None
-
-
 @functools.lru_cache(maxsize=None)
 def is_available() -> Availability:
     """Load the op library once and say whether FA3 runs on the current CUDA device.
@@ -83,23 +51,7 @@ def is_available() -> Availability:
         Truthy when usable; otherwise ``reason`` says why: no CUDA device, not Hopper, the
         extension was not built (or not found), or it failed to load.
     """
-    if not torch.cuda.is_available():
-        return Availability(False, "no CUDA device")
-    major, minor = torch.cuda.get_device_capability()
-    if major != REQUIRED_MAJOR_CAPABILITY:
-        return Availability(False, f"FA3 is built for sm_90a and needs compute capability 9.x, got {major}.{minor}")
-    path = library_path()
-    if path is None:
-        return Availability(
-            False,
-            f"the FA3 extension is not built: run 'bazel build //py:sparse_mla --config=sm90' or set {LIBRARY_ENV}",
-        )
-    try:
-        torch.ops.load_library(str(path))
-    except (OSError, RuntimeError) as error:
-        return Availability(False, f"loading {path} failed: {error}")
-    _register_fake()
-    return Availability(True)
+    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, "sparse_mla_fa3", _register_fake)
 
 
 @functools.lru_cache(maxsize=None)
