@@ -2,7 +2,8 @@
 
 vLLM 0.33.0's calls (``vllm_adapter_steps``, on the stand-in of ``vllm_stand_in/``) on real tensors: a
 padded cache (blocks 5 slots apart, NaN between them), the transposed ``ql_nope`` view, the indexer's
-top-k buffer. Per route (FA3, fused Triton kernel) and batch (decode with padding, speculative): warm up
+top-k buffer. Per route (decode kernel, FA3, fused Triton kernel; forced through the adapter's
+``additional_config`` override) and batch (decode with padding, speculative): warm up
 eagerly, capture ``forward_mqa`` in a CUDA graph, load a second step of the same shape into the captured
 tensors, rebuild the metadata (same buffers), replay, and compare with the reference:
 ``‖out − ref‖ / ‖ref‖ < 1e-2``.
@@ -12,8 +13,8 @@ import pytest
 import torch
 
 import vllm_adapter_steps as steps
-from sparse_mla import routing, testing
-from sparse_mla.ops import fa3
+from sparse_mla import testing
+from sparse_mla.routes import ROUTES
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -26,13 +27,11 @@ BATCHES = {
 }
 
 
-@pytest.fixture(params=["fa3", "triton"])
-def route(request, monkeypatch):
-    """Runs the test once per attention kernel, whatever sparse_mla.routing would pick."""
-    if request.param == "fa3":
-        availability = fa3.is_available()
-        assert availability, f"the GPU suite needs FA3: {availability.reason}"
-    monkeypatch.setattr(routing, "choose_kernel", lambda num_heads, num_tokens: request.param)
+@pytest.fixture(params=sorted(ROUTES))
+def route(request):
+    """Runs the test once per route, whatever sparse_mla.routing would pick."""
+    availability = ROUTES[request.param].is_available()
+    assert availability, f"the GPU suite needs route {request.param}: {getattr(availability, 'reason', '')}"
     return request.param
 
 
@@ -41,7 +40,7 @@ def route(request, monkeypatch):
 def test_forward_mqa_in_cuda_graph_matches_reference(route, kind, num_heads):
     device = torch.device("cuda")
     seq_lens, query_lens, num_tokens = BATCHES[kind]
-    engine = steps.make_engine(num_heads, NUM_BLOCKS, MAX_TOKENS, device)
+    engine = steps.make_engine(num_heads, NUM_BLOCKS, MAX_TOKENS, device, route=route)
     gen = testing.make_generator(device, seed=num_heads + len(kind))
     captured = steps.make_step(engine, seq_lens, query_lens, num_tokens, gen, num_heads)
     metadata = engine.builder.build(0, captured.common)

@@ -57,13 +57,15 @@ SELECTOR_CONFIG = dict(
 """Every field of vLLM 0.33.0's ``AttentionSelectorConfig`` for DeepSeek-V3.2 with a bf16 cache."""
 
 
-def vllm_config(max_num_batched_tokens: int, num_heads: int) -> types.SimpleNamespace:
+def vllm_config(max_num_batched_tokens: int, num_heads: int, route: Optional[str] = None) -> types.SimpleNamespace:
     """The fields of ``VllmConfig`` the adapter reads (``num_heads``: per rank, what
-    ``ModelConfig.get_num_attention_heads(parallel_config)`` answers)."""
+    ``ModelConfig.get_num_attention_heads(parallel_config)`` answers; ``route``: the adapter's override
+    in ``additional_config``)."""
     parallel_config = types.SimpleNamespace(tensor_parallel_size=1)
     return types.SimpleNamespace(
         scheduler_config=types.SimpleNamespace(max_num_batched_tokens=max_num_batched_tokens),
         parallel_config=parallel_config,
+        additional_config={} if route is None else {"sparse_mla_route": route},
         model_config=types.SimpleNamespace(
             hf_text_config=types.SimpleNamespace(index_topk=INDEX_TOPK),
             get_num_attention_heads=lambda parallel: num_heads,
@@ -83,15 +85,16 @@ class Engine:
 
 
 def make_engine(num_heads: int, num_blocks: int, max_num_batched_tokens: int, device: torch.device,
-                capability=DeviceCapability(9, 0)) -> Engine:
-    """Register, select, and construct the backend the way vLLM does; the cache poisoned with NaN."""
+                capability=DeviceCapability(9, 0), route: Optional[str] = None) -> Engine:
+    """Register, select, and construct the backend the way vLLM does; the cache poisoned with NaN.
+    ``route``: the adapter's override through ``additional_config`` (None: the routing table's)."""
     sparse_mla_vllm.register()
     sparse_mla_vllm.register()  # vLLM may load plugins twice
     backend = AttentionBackendEnum[sparse_mla_vllm.BACKEND_NAME].get_class()
     reasons = backend.validate_configuration(device_capability=capability, **SELECTOR_CONFIG)
     assert reasons == [], f"the selector expected no reasons, got {reasons}"
     spec = backend.customize_spec(MLAAttentionSpec(KV_BLOCK_SIZE, 1, KV_CACHE_HEAD_SIZE, torch.bfloat16))
-    builder = backend.get_builder_cls()(spec, [LAYER], vllm_config(max_num_batched_tokens, num_heads), device)
+    builder = backend.get_builder_cls()(spec, [LAYER], vllm_config(max_num_batched_tokens, num_heads, route), device)
     assert builder.get_cudagraph_support(None, spec) == AttentionCGSupport.UNIFORM_BATCH
     buffer = torch.full((max_num_batched_tokens, INDEX_TOPK), -1, dtype=torch.int32, device=device)
     indexer = types.SimpleNamespace(topk_indices_buffer=buffer)

@@ -102,6 +102,17 @@ class SparseMLAVllmMetadata(AttentionMetadata):
 # Metadata builder
 
 
+ROUTE_OVERRIDE_KEY = "sparse_mla_route"
+"""Key of vLLM's ``--additional-config`` (``VllmConfig.additional_config``, the config vLLM keeps for
+plugins) that forces one route (``"decode"``, ``"fa3"``, ``"triton"``) for every step, e.g.
+``--additional-config '{"sparse_mla_route": "fa3"}'``; absent: the routing table decides."""
+
+
+def _additional_config(vllm_config: Any) -> dict:
+    config = getattr(vllm_config, "additional_config", None)
+    return config if isinstance(config, dict) else {}
+
+
 class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBuilder):
     """:class:`~sparse_mla.backend.SparseMLAMetadataBuilder` with vLLM's constructor and CUDA-graph claim.
 
@@ -128,6 +139,7 @@ class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBu
             # Heads of this rank, as vLLM's FlashMLASparse builder asks (vllm 0.33.0, flashmla_sparse.py).
             vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config),
             index_topk=vllm_config.model_config.hf_text_config.index_topk,
+            route=_additional_config(vllm_config).get(ROUTE_OVERRIDE_KEY),
         )
         AttentionMetadataBuilder.__init__(self, kv_cache_spec, layer_names, vllm_config, device)
 
