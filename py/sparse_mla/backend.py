@@ -353,7 +353,7 @@ class SparseMLAMetadataBuilder:
         self._kv_len_bound = torch.ones(max_tokens, **int32)  # [max_tokens]
         self._written_end = 0  # entries past it hold the padding values (0, 0, 1)
         self._padding_offset = torch.full((1,), PADDING_OFFSET, **int32)  # [1]
-        names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens)
+        names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens, self.device.type)
         self.workspaces: Dict[str, Any] = {
             name: ROUTES[name].make_workspace(max_tokens, num_heads, self.num_sms, index_topk, self.device)
             for name in names
@@ -376,7 +376,7 @@ class SparseMLAMetadataBuilder:
                 f"sparse_mla: argument 'num_actual_tokens' expected in [0, max_num_batched_tokens = "
                 f"{self.max_num_tokens}], got {num_tokens}"
             )
-        name = self.route_override or routing.choose_route(self.num_heads, num_tokens)
+        name = self.route_override or routing.choose_route(self.num_heads, num_tokens, self.device.type)
         route = ROUTES[name]
         step = _StepPlan(
             route=route,

@@ -92,9 +92,10 @@ def lookup(table: Table, num_heads: int, num_tokens: int) -> str:
     return row[tokens.index(_at_or_above(tokens, max(num_tokens, 1)))]
 
 
-def runnable(name: str) -> str:
-    """``name``, or the first route of its fallback chain that is available here."""
-    while not ROUTES[name].is_available():
+def runnable(name: str, device_type: str = "cuda") -> str:
+    """``name``, or the first route of its fallback chain that is available here for tensors on a
+    device of ``device_type`` (``"cuda"``, or ``"cpu"``: only routes with ``runs_on_cpu``)."""
+    while not (ROUTES[name].is_available() and (device_type == "cuda" or ROUTES[name].runs_on_cpu)):
         fallback = ROUTES[name].fallback
         if fallback is None:
             raise RuntimeError(f"sparse_mla: route {name!r} is not available here and has no fallback")
@@ -102,16 +103,16 @@ def runnable(name: str) -> str:
     return name
 
 
-def choose_route(num_heads: int, num_tokens: int) -> str:
+def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda") -> str:
     """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads: the checked-in
-    table's, or its fallback where it cannot run here. Host-side only (no device work)."""
-    return runnable(lookup(load_table(), num_heads, num_tokens))
+    table's, or its fallback where it cannot run here (:func:`runnable`). Host-side only (no device work)."""
+    return runnable(lookup(load_table(), num_heads, num_tokens), device_type)
 
 
-def routes_up_to(num_heads: int, max_num_tokens: int) -> List[str]:
+def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda") -> List[str]:
     """Every route :func:`choose_route` gives for ``num_heads`` heads and ``1 <= T <= max_num_tokens``
     (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order."""
     _, tokens, _ = load_table()
     points = [t for t in tokens if t < max_num_tokens] + [max_num_tokens]
-    chosen = {choose_route(num_heads, t) for t in points}
+    chosen = {choose_route(num_heads, t, device_type) for t in points}
     return [name for name in ROUTES if name in chosen]

@@ -1,8 +1,8 @@
 """Runs pytest on the files given as arguments, for Bazel tests (tools/testing/python.bzl).
 
-Writes the JUnit XML where Bazel asks (XML_OUTPUT_FILE), so test counts reach bazel-testlogs,
-keeps Triton's cache inside the test's temporary directory, and on a machine without a CUDA device
-turns on Triton's interpreter so the Triton kernels run on the CPU.
+Writes the JUnit XML where Bazel asks (XML_OUTPUT_FILE), so test counts reach bazel-testlogs, and on
+a machine without a CUDA device turns on Triton's interpreter so the Triton kernels run on the CPU
+(the launcher of python.bzl keeps Triton's cache inside the test's temporary directory).
 """
 
 import os
@@ -10,10 +10,7 @@ import sys
 
 
 def main() -> int:
-    tmp = os.environ.get("TEST_TMPDIR", "/tmp")
-    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(tmp, "triton_cache"))
-    os.environ.setdefault("HOME", tmp)
-    import torch  # noqa: E402  (after the environment is set)
+    import torch  # deferred: only a test run needs it
 
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -15,6 +15,9 @@ set -euo pipefail
 runfiles="${{TEST_SRCDIR:-${{RUNFILES_DIR:-$0.runfiles}}}}"
 export PYTHONPATH="{pythonpath}"
 export PYTHONDONTWRITEBYTECODE=1
+if [ -n "${{TEST_TMPDIR:-}}" ]; then  # a test: HOME is read-only in the sandbox, keep caches (Triton's) inside
+  export HOME="${{HOME:-$TEST_TMPDIR}}" TRITON_CACHE_DIR="${{TRITON_CACHE_DIR:-$TEST_TMPDIR/triton_cache}}"
+fi
 exec {interpreter} -u "$runfiles/{main}" {args} "$@"
 """
 

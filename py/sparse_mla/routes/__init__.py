@@ -12,8 +12,9 @@ once per layer; a route therefore is:
   tile-scheduler metadata); returns what ``run`` needs of it (``metadata.prepared``);
 * ``run(q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse)``: one layer's
   launches on arguments ``SparseMLAImpl.forward`` validated; writes ``out`` (and ``lse`` when given);
-* ``is_available()`` and ``fallback``: where a route cannot run here (its extension not built, not
-  Hopper), :mod:`sparse_mla.routing` takes its fallback instead.
+* ``is_available()``, ``runs_on_cpu`` and ``fallback``: where a route cannot run here (its extension
+  not built, not Hopper, or the builder's tensors on the CPU for a CUDA-only route),
+  :mod:`sparse_mla.routing` takes its fallback instead.
 
 The routing table (:mod:`sparse_mla.routing`) names routes by the keys of :data:`ROUTES`. Adding a
 route is one module with those functions and one entry here.
@@ -47,6 +48,7 @@ class Route:
     prepare: Callable[[Any, Any, Any], Any] = _nothing_to_prepare
     is_available: Callable[[], Any] = _always_available  # truthy when the route runs here
     fallback: Optional[str] = None  # route taken instead where this one is unavailable
+    runs_on_cpu: bool = False  # serves CPU tensors too (Triton's interpreter), not only CUDA ones
 
 
 ROUTES: Dict[str, Route] = {
@@ -72,6 +74,7 @@ ROUTES: Dict[str, Route] = {
         plan=triton_route.plan,
         make_workspace=triton_route.make_workspace,
         run=triton_route.run,
+        runs_on_cpu=True,
     ),
 }
 """Every route, by routing-table name; on a timing tie the routing table prefers the earlier one
