@@ -7,8 +7,8 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 
+#include "cc/op_checks.h"
 #include "cc/sparse_decode.h"
 
 namespace sparse_mla {
@@ -19,41 +19,10 @@ using OptionalTensor = std::optional<at::Tensor>;
 
 constexpr int64_t kMaxHeads = 128;
 
-std::string shape_of(const at::Tensor& t) { return c10::str(t.sizes()); }
-
-// Checks device, dtype, rank and the sizes given (-1 = any); names the argument in every error.
-void check(const char* name, const at::Tensor& t, at::ScalarType dtype, const at::Device& device,
-           std::initializer_list<int64_t> sizes) {
-  TORCH_CHECK_TYPE(t.scalar_type() == dtype, "sparse_mla: argument '", name, "' expected dtype ", dtype, ", got ",
-                   t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == device, "sparse_mla: argument '", name, "' expected device ", device, ", got ",
-                    t.device());
-  TORCH_CHECK_VALUE(t.dim() == static_cast<int64_t>(sizes.size()), "sparse_mla: argument '", name, "' expected ",
-                    sizes.size(), " dimensions, got shape ", shape_of(t));
-  int64_t d = 0;
-  for (int64_t want : sizes) {
-    TORCH_CHECK_VALUE(want < 0 || t.size(d) == want, "sparse_mla: argument '", name, "' expected size ", want,
-                      " in dimension ", d, ", got shape ", shape_of(t));
-    ++d;
-  }
-  TORCH_CHECK_VALUE(t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) <= 1, "sparse_mla: argument '", name,
-                    "' expected a contiguous last dimension, got strides ", c10::str(t.strides()));
-}
-
-// The kernel reads and writes bf16 pairs (4 bytes) of queries and output, and 16-byte pieces of slots.
-void check_alignment(const char* name, const at::Tensor& t, int64_t bytes) {
-  const int64_t elems = bytes / static_cast<int64_t>(t.element_size());
-  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % elems == 0);
-  TORCH_CHECK_VALUE(ok, "sparse_mla: argument '", name, "' expected a ", bytes,
-                    "-byte aligned address and strides (multiples of ", elems, " elements), got strides ",
-                    c10::str(t.strides()));
-}
-
 void check_workspace(const char* name, const OptionalTensor& t, at::ScalarType dtype, const at::Device& device,
                      int64_t min_numel) {
   TORCH_CHECK_VALUE(t.has_value(), "sparse_mla: argument '", name, "' is required when num_splits > 1");
-  check(name, *t, dtype, device, {-1});
+  check_tensor(name, *t, dtype, device, {-1});
   TORCH_CHECK_VALUE(t->numel() >= min_numel, "sparse_mla: argument '", name, "' expected at least ", min_numel,
                     " elements, got ", t->numel());
 }
@@ -69,30 +38,30 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   const at::Device device = q_nope.device();
   const int64_t num_tokens = q_nope.dim() == 3 ? q_nope.size(0) : -1;
   const int64_t num_heads = q_nope.dim() == 3 ? q_nope.size(1) : -1;
-  check("q_nope", q_nope, at::kBFloat16, device, {-1, -1, kKvLoraRank});
+  check_tensor("q_nope", q_nope, at::kBFloat16, device, {-1, -1, kKvLoraRank});
   TORCH_CHECK_VALUE(1 <= num_heads && num_heads <= kMaxHeads, "sparse_mla: argument 'q_nope' expected 1..",
-                    kMaxHeads, " heads, got shape ", shape_of(q_nope));
-  check("q_rope", q_rope, at::kBFloat16, device, {num_tokens, num_heads, kRopeDim});
-  check("kv_cache", kv_cache, at::kBFloat16, device, {-1, kBlockSize, kSlotElems});
-  check("topk_indices", topk_indices, at::kInt, device, {num_tokens, -1});
-  check("req_id", req_id, at::kInt, device, {num_tokens});
-  check("token_kv_len", token_kv_len, at::kInt, device, {num_tokens});
-  check("block_table", block_table, at::kInt, device, {-1, -1});
-  check("out", out, at::kBFloat16, device, {num_tokens, num_heads, kKvLoraRank});
+                    kMaxHeads, " heads, got shape ", q_nope.sizes());
+  check_tensor("q_rope", q_rope, at::kBFloat16, device, {num_tokens, num_heads, kRopeDim});
+  check_tensor("kv_cache", kv_cache, at::kBFloat16, device, {-1, kBlockSize, kSlotElems});
+  check_tensor("topk_indices", topk_indices, at::kInt, device, {num_tokens, -1});
+  check_tensor("req_id", req_id, at::kInt, device, {num_tokens});
+  check_tensor("token_kv_len", token_kv_len, at::kInt, device, {num_tokens});
+  check_tensor("block_table", block_table, at::kInt, device, {-1, -1});
+  check_tensor("out", out, at::kBFloat16, device, {num_tokens, num_heads, kKvLoraRank});
   check_alignment("q_nope", q_nope, 4);
   check_alignment("q_rope", q_rope, 4);
   check_alignment("out", out, 4);
   check_alignment("kv_cache", kv_cache, 16);
   if (lse.has_value()) {
-    check("lse", *lse, at::kFloat, device, {num_tokens, num_heads});
+    check_tensor("lse", *lse, at::kFloat, device, {num_tokens, num_heads});
     TORCH_CHECK_VALUE(lse->is_contiguous(), "sparse_mla: argument 'lse' expected contiguous, got strides ",
-                      c10::str(lse->strides()));
+                      lse->strides());
   }
   const int64_t num_blocks = kv_cache.size(0), topk = topk_indices.size(1);
   TORCH_CHECK_VALUE(num_blocks * kBlockSize <= INT32_MAX, "sparse_mla: argument 'kv_cache' expected at most ",
                     INT32_MAX / kBlockSize, " blocks, got ", num_blocks);
   TORCH_CHECK_VALUE(topk >= 1, "sparse_mla: argument 'topk_indices' expected at least one column, got shape ",
-                    shape_of(topk_indices));
+                    topk_indices.sizes());
   TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2 || head_tiles == 4,
                     "sparse_mla: argument 'head_tiles' expected 1, 2 or 4, got ", head_tiles);
   TORCH_CHECK_VALUE(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",

@@ -124,3 +124,35 @@ def test_unsupported_calls_raise(q_dtype, error, message):
             max_seqlen_q=1,
             num_splits=1,
         )
+
+
+@pytest.mark.parametrize("num_heads, num_tokens", [(16, 1), (16, 5), (128, 33)])
+@pytest.mark.parametrize("padded_cache", [False, True], ids=["contiguous", "padded-blocks"])
+def test_sparse_mla_layer_converts_indices_and_matches_reference(num_heads, num_tokens, padded_cache):
+    """The FA3 route's one-call op: its index conversion writes exactly the reference page table (valid
+    slot ids first, then 0; counts) -- with every kind of invalid entry -- and the output and LSE match
+    the float32 reference, on a contiguous cache and on one whose blocks lie 67 slots apart."""
+    case = testing.make_attention_case(num_tokens, num_heads, CUDA, seed=num_tokens * 7 + num_heads,
+                                       pattern="scattered", drop_fraction=0.2)
+    topk = case.topk_indices
+    topk[0, :64] = case.token_kv_len[0] + torch.arange(64, device=CUDA, dtype=torch.int32)  # past the length
+    used = topk[-1][topk[-1] >= 0][:16].long() // 64
+    case.block_table[case.req_id[-1].long(), used[:8]] = case.num_blocks + 3  # block ids outside the cache
+    case.block_table[case.req_id[-1].long(), used[8:]] = -5
+    kv_cache = testing.padded_kv_cache(case.kv_cache, 3 * 576) if padded_cache else case.kv_cache
+    page_table = torch.full((num_tokens, INDEX_TOPK), -7, dtype=torch.int32, device=CUDA)
+    cache_seqlens = torch.full((num_tokens,), -7, dtype=torch.int32, device=CUDA)
+    out, lse = testing.poisoned_outputs(num_tokens, num_heads, CUDA)
+    num_sms = torch.cuda.get_device_properties(CUDA).multi_processor_count
+    fa3.sparse_mla_layer(
+        case.q_nope, case.q_rope, kv_cache, topk, case.req_id, case.token_kv_len, case.block_table,
+        page_table=page_table, cache_seqlens=cache_seqlens,
+        cu_seqlens_q=torch.arange(num_tokens + 1, dtype=torch.int32, device=CUDA), scheduler_metadata=None,
+        num_splits=fa3.choose_num_splits(num_tokens, num_heads, num_sms), softmax_scale=DEEPSEEK_V32_SOFTMAX_SCALE,
+        out=out, lse=lse,
+    )
+    torch.cuda.synchronize()
+    if not padded_cache:  # slot ids of the padded view differ from the reference's by design
+        testing.assert_slots_match_reference(topk, case.req_id, case.token_kv_len, case.block_table, case.num_blocks,
+                                             page_table, cache_seqlens)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"N={num_heads} T={num_tokens}")

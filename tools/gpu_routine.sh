@@ -9,7 +9,8 @@
 # Usage: tools/gpu_routine.sh [build] [test] [bench] [decode] [memcheck] [-- extra bench flags]
 #   decode: builds only our decode kernel's library (no FA3: seconds, not minutes), runs its GPU tests
 #   and times the decode and Triton paths at small T (extra bench flags apply).
-#   memcheck: the decode GPU tests under compute-sanitizer memcheck (after decode or build).
+#   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
+#   memcheck (after decode or build; the FA3 ones only when FA3 was built).
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, then routed with the routing table
 #   those timings give, written to py/sparse_mla/routing_table.json and copied to $OUT/bench/).
 set -uo pipefail
@@ -80,8 +81,10 @@ for step in "${steps[@]}"; do
       ;;
     memcheck)
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
+      [ -f bazel-bin/cc/libsparse_mla_fa3.so ] && export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
       PYTHONPATH=py compute-sanitizer --tool memcheck --target-processes all \
-        python3 -m pytest -q tests/test_decode_gpu.py -k "not test_matches_reference or 16-1 or 128-4 or 7-33" \
+        python3 -m pytest -q tests/test_decode_gpu.py tests/test_fa3_gpu.py \
+        -k "(not test_matches_reference or 16-1 or 128-4 or 7-33) and not test_fa3_matches_reference" \
         > "$out/memcheck.log" 2>&1
       echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/memcheck.log")" | tee -a "$out/summary.txt"
       ;;

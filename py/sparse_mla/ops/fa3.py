@@ -55,10 +55,11 @@ def is_available() -> Availability:
 
 
 @functools.lru_cache(maxsize=None)
-def _ops() -> Tuple[torch._ops.OpOverload, torch._ops.OpOverload]:
-    """``(fwd, get_scheduler_metadata)`` overloads, resolved once (the attribute lookups cost host time)."""
+def _ops() -> Tuple[torch._ops.OpOverload, torch._ops.OpOverload, torch._ops.OpOverload]:
+    """``(fwd, get_scheduler_metadata, sparse_mla_fwd)`` overloads, resolved once (the attribute lookups
+    cost host time)."""
     namespace = torch.ops.sparse_mla_fa3
-    return namespace.fwd.default, namespace.get_scheduler_metadata.default
+    return namespace.fwd.default, namespace.get_scheduler_metadata.default, namespace.sparse_mla_fwd.default
 
 
 def _register_fake() -> None:
@@ -74,6 +75,10 @@ def _register_fake() -> None:
         else:  # [batch, seqlen_q, heads, dim]
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
         return result, lse, q.new_empty((0,), dtype=torch.float32), q.new_empty((0,), dtype=torch.float32)
+
+    @torch.library.register_fake("sparse_mla_fa3::sparse_mla_fwd")
+    def _sparse_mla_fwd_fake(*args):
+        return None  # writes its outputs in place
 
     @torch.library.register_fake("sparse_mla_fa3::get_scheduler_metadata")
     def _get_scheduler_metadata_fake(batch_size, *args):
@@ -179,6 +184,73 @@ def sparse_mla_scheduler_metadata(
         -1, -1, 0,  # window_size_left, window_size_right, attention_chunk
         False, num_splits, None, 0,  # has_softcap, num_splits, pack_gqa (FA3's rule, as in fwd), sm_margin
     )
+
+
+def sparse_mla_layer(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    *,
+    page_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    scheduler_metadata: Optional[torch.Tensor],
+    num_splits: int,
+    softmax_scale: float,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor] = None,
+) -> None:
+    """One layer of the FA3 route in one op call: index conversion into ``page_table``, then FA3.
+
+    ``sparse_mla_fa3::sparse_mla_fwd`` (cc/fa3_sparse_mla_op.cc) launches our conversion kernel
+    (cc/topk_to_slots_kernel.cu: valid slot ids first in their order, then 0, the counts into
+    ``cache_seqlens``; the same result as :func:`sparse_mla.kernels.topk_to_slots.topk_to_slots`) and
+    FA3 on the cache viewed as pages of one slot, from C++: one dispatcher call instead of a Triton
+    launch and a 36-argument FA3 call (host time per layer).
+
+    Parameters
+    ----------
+    q_nope, q_rope : torch.Tensor
+        `[T, N, 512]` and `[T, N, 64]` bf16, unit last stride.
+    kv_cache : torch.Tensor
+        `[num_blocks, 64, 576]` bf16, contiguous slots, block stride a whole number of slots.
+    topk_indices : torch.Tensor
+        `[T, topk]` int32 request-local positions, ``-1`` = none; invalid entries are dropped.
+    req_id, token_kv_len : torch.Tensor
+        `[T]` int32 block-table row and causal length of each token.
+    block_table : torch.Tensor
+        `[num_reqs, max_blocks]` int32, unit last stride.
+    page_table, cache_seqlens : torch.Tensor
+        `[T, topk]` and `[T]` int32, written: slot ids (rows of the flat slot view) and their counts.
+    cu_seqlens_q : torch.Tensor
+        `[T + 1]` int32 ``0..T``.
+    scheduler_metadata : torch.Tensor or None
+        From :func:`sparse_mla_scheduler_metadata` for this step (``None``: FA3 plans itself).
+    num_splits : int
+        The split count ``scheduler_metadata`` was made for (:func:`choose_num_splits`).
+    softmax_scale : float
+        Score scale.
+    out : torch.Tensor
+        `[T, N, 512]` bf16, written.
+    lse : torch.Tensor, optional
+        `[T, N]` fp32, written with the natural-log LSE (``-inf`` for a token without valid positions).
+
+    Raises
+    ------
+    RuntimeError
+        FA3 is not available here (the reason is in the message) or FA3 rejects the arguments.
+    TypeError, ValueError
+        A tensor's dtype, shape, device or strides is wrong (checked in the op before any launch).
+    """
+    availability = is_available()
+    if not availability:
+        raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
+    _ops()[2](q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, page_table, cache_seqlens,
+              cu_seqlens_q, scheduler_metadata, num_splits, softmax_scale, out, lse)
 
 
 def sparse_mla_fwd(

@@ -3,9 +3,8 @@ slot (:mod:`sparse_mla.ops.fa3`).
 
 Per step (``prepare``, once for all layers): FA3's tile-scheduler metadata, planned on each token's key
 bound ``kv_len_bound`` (an upper bound of every layer's valid slot count), copied into this route's
-persistent buffer. Per layer (``run``): the conversion kernel
-(:func:`~sparse_mla.kernels.topk_to_slots.topk_to_slots`) and FA3's attention kernel, plus its combine
-kernel when it splits.
+persistent buffer. Per layer (``run``): one op call (:func:`sparse_mla.ops.fa3.sparse_mla_layer`) that
+launches our conversion kernel and FA3's attention kernel, plus its combine kernel when it splits.
 """
 
 import dataclasses
@@ -13,8 +12,6 @@ from typing import Optional
 
 import torch
 
-from sparse_mla.constants import KV_CACHE_HEAD_SIZE
-from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.ops import fa3
 
 is_available = fa3.is_available
@@ -93,15 +90,11 @@ def run(
     out: torch.Tensor,
     lse: Optional[torch.Tensor],
 ) -> None:
-    """Convert the indices into the step's page table, then FA3; ``lse`` receives FA3's `[N, T]` LSE transposed."""
+    """One op call: the index conversion into the step's page table, then FA3 (:func:`fa3.sparse_mla_layer`)."""
     step = metadata.prepared
-    topk_to_slots(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table, kv_cache.shape[0],
-                  slot_ids=step.page_table, valid_count=step.cache_seqlens,
-                  block_stride_rows=kv_cache.stride(0) // KV_CACHE_HEAD_SIZE)
-    _, fa3_lse = fa3.sparse_mla_fwd(
-        q_nope, q_rope, kv_cache, page_table=step.page_table, cache_seqlens=step.cache_seqlens,
-        cu_seqlens_q=metadata.cu_seqlens_q, softmax_scale=softmax_scale, num_splits=metadata.plan.num_splits,
-        scheduler_metadata=step.scheduler_metadata, out=out,
+    fa3.sparse_mla_layer(
+        q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table,
+        page_table=step.page_table, cache_seqlens=step.cache_seqlens, cu_seqlens_q=metadata.cu_seqlens_q,
+        scheduler_metadata=step.scheduler_metadata, num_splits=metadata.plan.num_splits,
+        softmax_scale=softmax_scale, out=out, lse=lse,
     )
-    if lse is not None:
-        lse.copy_(fa3_lse.t())
