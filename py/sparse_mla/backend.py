@@ -40,6 +40,7 @@ from sparse_mla.constants import (
 from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, max_default_shared_memory_bytes
 from sparse_mla.kernels.topk_to_slots import check_topk_indices
+from sparse_mla.ops import token_metadata
 from sparse_mla.routes import ROUTES, Route
 
 MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
@@ -342,6 +343,8 @@ class SparseMLAMetadataBuilder:
         self.device = torch.device(device)
         self.route_override = route
         self.num_sms = device_info.num_sms(self.device)
+        # The per-token work of build: one CUDA launch where our op library runs, else PyTorch ops.
+        self._token_metadata_kernel = self.device.type == "cuda" and bool(token_metadata.is_available())
         # Sizing: one row per token of the largest step, max_tokens = max_num_batched_tokens: four
         # per-token int32 buffers, 4 * 4 * max_tokens + 4 bytes (cu_seqlens_q has T + 1 entries), plus
         # the routes' workspaces (sparse_mla.routes.*: e.g. FA3's page table, 8 KiB per token).
@@ -436,24 +439,11 @@ class SparseMLAMetadataBuilder:
             check_tensor("block_table_tensor", block_table, shape=(num_reqs, None), dtype=torch.int32, device=device)
         _check_fast("slot_mapping", common.slot_mapping, (num_tokens,), torch.int64, device)
 
-        if num_reqs == 0:  # every token is padding
-            step.req_id.zero_()
-            step.token_kv_len.zero_()
+        if self._token_metadata_kernel:  # one launch: this step's entries and the stale tail
+            token_metadata.token_metadata(query_start_loc, seq_lens, num_tokens, max(num_tokens, self._written_end),
+                                          self.index_topk, self._req_id, self._token_kv_len, self._kv_len_bound)
         else:
-            ends = query_start_loc[1:]  # [R] int32, non-decreasing
-            # Request of each token: ends at or before t; R for padding tokens (t >= ends[R - 1]).
-            torch.searchsorted(ends, step.tokens, right=True, out_int32=True, out=step.req_id)
-            # Causal length seq_lens[r] - ends[r] + t + 1, through a per-request offset with one more
-            # entry for the padding "request" R whose offset keeps every length negative, then clamped.
-            offsets = torch.cat((torch.sub(seq_lens, ends), self._padding_offset))  # [R + 1]
-            torch.add(torch.index_select(offsets, 0, step.req_id), step.tokens_plus_one, out=step.token_kv_len)
-            step.token_kv_len.clamp_(min=0)
-            step.req_id.remainder_(num_reqs)  # padding: R -> request 0
-        torch.clamp(step.token_kv_len, 1, self.index_topk, out=step.kv_len_bound)
-        if self._written_end > num_tokens:  # reset what a larger step left past this one
-            self._req_id[num_tokens : self._written_end].zero_()
-            self._token_kv_len[num_tokens : self._written_end].zero_()
-            self._kv_len_bound[num_tokens : self._written_end].fill_(1)
+            self._token_metadata_torch(step, query_start_loc, seq_lens, num_tokens, num_reqs)
         self._written_end = num_tokens
         metadata = SparseMLAMetadata(
             num_actual_tokens=num_tokens,
@@ -472,6 +462,29 @@ class SparseMLAMetadataBuilder:
         )
         metadata.prepared = step.route.prepare(step.plan, step.workspace, metadata)
         return metadata
+
+    def _token_metadata_torch(self, step: "_StepPlan", query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                              num_tokens: int, num_reqs: int) -> None:
+        """:func:`sparse_mla.ops.token_metadata.token_metadata`'s function in PyTorch ops (CPU, or no op
+        library): this step's entries, then the reset of what a larger earlier step left past them."""
+        if num_reqs == 0:  # every token is padding
+            step.req_id.zero_()
+            step.token_kv_len.zero_()
+        else:
+            ends = query_start_loc[1:]  # [R] int32, non-decreasing
+            # Request of each token: ends at or before t; R for padding tokens (t >= ends[R - 1]).
+            torch.searchsorted(ends, step.tokens, right=True, out_int32=True, out=step.req_id)
+            # Causal length seq_lens[r] - ends[r] + t + 1, through a per-request offset with one more
+            # entry for the padding "request" R whose offset keeps every length negative, then clamped.
+            offsets = torch.cat((torch.sub(seq_lens, ends), self._padding_offset))  # [R + 1]
+            torch.add(torch.index_select(offsets, 0, step.req_id), step.tokens_plus_one, out=step.token_kv_len)
+            step.token_kv_len.clamp_(min=0)
+            step.req_id.remainder_(num_reqs)  # padding: R -> request 0
+        torch.clamp(step.token_kv_len, 1, self.index_topk, out=step.kv_len_bound)
+        if self._written_end > num_tokens:
+            self._req_id[num_tokens : self._written_end].zero_()
+            self._token_kv_len[num_tokens : self._written_end].zero_()
+            self._kv_len_bound[num_tokens : self._written_end].fill_(1)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The latency-first sparse-MLA decode kernel (``cc/sparse_decode_kernel.cu``) as the torch op
-``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call.
+``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call. The same library
+holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 
 One launch per call: clusters of 8 CTAs each gather 1/8 of every selected slot's columns, sum their
 partial scores through distributed shared memory, and (when a token's positions are split over
@@ -173,10 +174,14 @@ def is_available() -> Availability:
 
 
 def _register_fake() -> None:
-    """No-output (in-place) op: ``torch.compile`` needs only to know it returns nothing."""
+    """The library's ops write in place and return nothing: all ``torch.compile`` needs to know."""
 
     @torch.library.register_fake("sparse_mla_decode::fwd")
     def _fwd_fake(*args, **kwargs):
+        return None
+
+    @torch.library.register_fake("sparse_mla_decode::token_metadata")
+    def _token_metadata_fake(*args, **kwargs):
         return None
 
 
