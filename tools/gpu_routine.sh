@@ -6,7 +6,9 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [test] [bench] [decode] [memcheck] [-- extra bench flags]
+# Usage: tools/gpu_routine.sh [build] [test] [bench] [host_time] [ablate] [decode] [memcheck] [-- extra bench flags]
+#   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
+#   ablate: the decode kernel with each stage left out (exchange, gather, merge, all) at N 16/128, T 1/16.
 #   decode: builds only our decode kernel's library (no FA3: seconds, not minutes), runs its GPU tests
 #   and times the decode and Triton paths at small T (extra bench flags apply).
 #   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
@@ -65,6 +67,20 @@ for step in "${steps[@]}"; do
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    host_time)
+      mkdir -p "$out/host"
+      "$bazel" run "${flags[@]}" //tools:bench -- --host_time --out_dir="$out/host" > "$out/host/host_time.log" 2>&1
+      echo "host_time: rc=$?" | tee -a "$out/summary.txt"
+      grep -A20 "host µs per eager call" "$out/host/host_time.log"
+      ;;
+    ablate)
+      mkdir -p "$out/ablate"
+      for mask in 0 1 2 4 7; do
+        "$bazel" run "${flags[@]}" //tools:bench -- --paths=decode --nocheck --heads=16,128 --tokens=1,16 \
+          --decode_ablate=$mask --out_dir="$out/ablate/mask$mask" > "$out/ablate/mask$mask.log" 2>&1
+        echo "ablate mask $mask: rc=$?"; grep -E "^ +[0-9]+ +\|" "$out/ablate/mask$mask.log"
+      done | tee "$out/ablate/ablate.txt"
       ;;
     decode)
       "$bazel" build "${flags[@]}" //cc:libsparse_mla_decode.so 2>&1 | grep -E "ERROR|error|Elapsed" | tail -20
