@@ -487,17 +487,15 @@ def test_forward_check_indices_names_the_bad_entry(route):
 
 
 def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():
-    """Without an override, each padded T takes routing.choose_route's route (on a machine without FA3
-    its fallback, Triton), and the plan that route makes for (T, N, SMs, K)."""
+    """Without an override, each padded T takes routing.choose_route's route for CPU tensors (Triton,
+    the one route that reads them), and the plan that route makes for (T, N, SMs, K)."""
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
     for num_tokens in (1, 2, 5, 16, 100, MAX_TOKENS):
         md = builder.build(0, make_common([3000] * num_tokens, [1] * num_tokens))
-        expected = routing.choose_route(NUM_HEADS, num_tokens)
+        expected = routing.choose_route(NUM_HEADS, num_tokens, "cpu")
         assert md.route.name == expected, f"T={num_tokens}: route expected {expected}, got {md.route.name}"
         assert md.plan == ROUTES[expected].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
-    assert set(builder.workspaces) == set(routing.routes_up_to(NUM_HEADS, MAX_TOKENS))
-    if not fa3.is_available():
-        assert list(builder.workspaces) == ["triton"], "without FA3 only the Triton route's workspace is expected"
+    assert list(builder.workspaces) == routing.routes_up_to(NUM_HEADS, MAX_TOKENS, "cpu") == ["triton"]
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

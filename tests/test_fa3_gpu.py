@@ -135,8 +135,9 @@ def test_sparse_mla_layer_converts_indices_and_matches_reference(num_heads, num_
     case = testing.make_attention_case(num_tokens, num_heads, CUDA, seed=num_tokens * 7 + num_heads,
                                        pattern="scattered", drop_fraction=0.2)
     topk = case.topk_indices
+    last = topk[-1]
+    used = last[(last >= 0) & (last < case.token_kv_len[-1])][:16].long() // 64  # block-table columns in use
     topk[0, :64] = case.token_kv_len[0] + torch.arange(64, device=CUDA, dtype=torch.int32)  # past the length
-    used = topk[-1][topk[-1] >= 0][:16].long() // 64
     case.block_table[case.req_id[-1].long(), used[:8]] = case.num_blocks + 3  # block ids outside the cache
     case.block_table[case.req_id[-1].long(), used[8:]] = -5
     kv_cache = testing.padded_kv_cache(case.kv_cache, 3 * 576) if padded_cache else case.kv_cache

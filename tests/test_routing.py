@@ -50,6 +50,9 @@ def test_without_fa3_every_batch_goes_to_triton():
     assert not fa3.is_available()
     assert routing.runnable("fa3") == "triton" and routing.runnable("triton") == "triton"
     assert routing.runnable("decode") == "triton", "decode falls back to FA3, which falls back to Triton"
+    for num_heads, num_tokens in ((16, 1), (16, 8), (128, 1024)):
+        assert routing.choose_route(num_heads, num_tokens) == "triton"
+    assert routing.routes_up_to(16, 8192) == ["triton"]
 
 
 def test_cpu_tensors_take_a_route_that_runs_on_the_cpu():
@@ -57,9 +60,7 @@ def test_cpu_tensors_take_a_route_that_runs_on_the_cpu():
     for name in ROUTES:
         assert routing.runnable(name, "cpu") == "triton"
     assert routing.routes_up_to(16, 8192, "cpu") == ["triton"]
-    for num_heads, num_tokens in ((16, 1), (16, 8), (128, 1024)):
-        assert routing.choose_route(num_heads, num_tokens) == "triton"
-    assert routing.routes_up_to(16, 8192) == ["triton"]
+    assert routing.choose_route(16, 1, "cpu") == "triton"
 
 
 def test_routes_up_to_lists_every_route_of_the_range():

@@ -67,12 +67,13 @@ class Step:
 def prepare(plan: Plan, workspace: Workspace, metadata) -> Step:
     """Compute the step's FA3 scheduler metadata into the workspace (one FA3 launch and one copy).
 
-    Skipped (``scheduler_metadata`` None, FA3 then plans on every call) for ``T = 0`` and where FA3 is
-    not available (its calls fail there anyway, with the reason).
+    Skipped (``scheduler_metadata`` None, FA3 then plans on every call) for ``T = 0`` and where FA3
+    cannot run these tensors (not available, or the step on the CPU: its calls fail there anyway,
+    with the reason).
     """
     num_tokens = metadata.num_actual_tokens
     scheduler_metadata = None
-    if plan.scheduler_metadata_size and fa3.is_available():
+    if plan.scheduler_metadata_size and metadata.req_id.is_cuda and fa3.is_available():
         scheduler_metadata = workspace.scheduler_metadata[: plan.scheduler_metadata_size]
         scheduler_metadata.copy_(fa3.sparse_mla_scheduler_metadata(
             metadata.kv_len_bound, metadata.cu_seqlens_q, metadata.num_heads, metadata.index_topk, plan.num_splits
