@@ -278,7 +278,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     }
   };
 
-  // 4. Partial scores of chunk c over this rank's columns (warp w: positions [16 w, 16 w + 16)),
+  // 4. Partial scores of chunk c over this rank's columns (warp w: positions [8 w, 8 w + 8) per tile),
   //    pushed to the rank that owns each 8 positions: received[c % 3][my rank] of rank (w * kWarpTiles + nt).
   auto score_and_push = [&](int chunk) {
     const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
@@ -457,7 +457,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // 7. out[:, cols_r] = alpha * out + P . c_kv[:, cols_r]: warp w takes columns [16 w, 16 w + 16).
+    // 7. out[:, cols_r] = alpha * out + P . c_kv[:, cols_r]: warp w takes columns [8 w, 8 w + 8) per tile.
     const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kChunk * kRowElems;
 #pragma unroll
     for (int mt = 0; mt < kHeadTiles; ++mt) {

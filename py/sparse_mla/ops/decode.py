@@ -46,7 +46,7 @@ MAX_SPLITS = 64
 class DecodePlan:
     """Launch configuration of one call; depends only on ``(T, N, SMs, topk, ctas_per_sm)``.
 
-    Grid: ``CLUSTER_SIZE x num_splits x (num_tokens * head_groups)`` CTAs of 128 threads.
+    Grid: ``CLUSTER_SIZE x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads.
     """
 
     num_tokens: int
