@@ -7,14 +7,12 @@ the interpreter (TRITON_INTERPRET=1).
 import dataclasses
 
 import re
-from typing import List, Optional
 
 import pytest
 import torch
 
 from sparse_mla import device_info, routing, testing
 from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
-from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
     INDEX_TOPK,
@@ -42,36 +40,6 @@ NUM_HEADS = 16
 MAX_REL_ERR = 1e-2
 
 
-def make_common(
-    seq_lens: List[int],
-    query_lens: List[int],
-    num_actual_tokens: Optional[int] = None,
-    num_padded_reqs: int = 0,
-    max_blocks: int = 4,
-    device: torch.device = CPU,
-) -> CommonAttentionMetadata:
-    """An engine step: padded request slots repeat the last query start and have seq_len 0."""
-    seq_lens = list(seq_lens) + [0] * num_padded_reqs
-    query_lens = list(query_lens) + [0] * num_padded_reqs
-    starts = [0]
-    for q in query_lens:
-        starts.append(starts[-1] + q)
-    num_tokens = starts[-1] if num_actual_tokens is None else num_actual_tokens
-    int32 = dict(dtype=torch.int32)
-    return CommonAttentionMetadata(
-        query_start_loc=torch.tensor(starts, device=device, **int32),
-        query_start_loc_cpu=torch.tensor(starts, **int32),
-        seq_lens=torch.tensor(seq_lens, device=device, **int32),
-        seq_lens_cpu=torch.tensor(seq_lens, **int32),
-        num_reqs=len(seq_lens),
-        num_actual_tokens=num_tokens,
-        max_query_len=max(query_lens, default=0),
-        max_seq_len=max(seq_lens, default=0),
-        slot_mapping=torch.arange(num_tokens, dtype=torch.int64, device=device),
-        block_table_tensor=torch.arange(len(seq_lens) * max_blocks, device=device, **int32).view(-1, max_blocks),
-    )
-
-
 def expected_per_token(seq_lens, query_lens, num_tokens, topk=INDEX_TOPK):
     """(req_id, token_kv_len, kv_len_bound) lists from the definition, padding tokens last."""
     req_id, kv_len = [], []
@@ -87,7 +55,7 @@ def expected_per_token(seq_lens, query_lens, num_tokens, topk=INDEX_TOPK):
 
 def build_full_step(builder: SparseMLAMetadataBuilder) -> None:
     """A previous step of every buffer row, with values unlike padding: what the next build must overwrite or reset."""
-    builder.build(0, make_common([5000 + i for i in range(builder.max_num_tokens)], [1] * builder.max_num_tokens,
+    builder.build(0, testing.make_common_metadata([5000 + i for i in range(builder.max_num_tokens)], [1] * builder.max_num_tokens,
                                  max_blocks=1))
 
 
@@ -108,7 +76,7 @@ BUILD_CASES = {
 @pytest.mark.parametrize("case", sorted(BUILD_CASES))
 def test_builder_per_token_metadata(case):
     seq_lens, query_lens, num_tokens, padded_reqs = BUILD_CASES[case]
-    common = make_common(seq_lens, query_lens, num_tokens, padded_reqs)
+    common = testing.make_common_metadata(seq_lens, query_lens, num_tokens, padded_reqs)
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
     build_full_step(builder)
     md = builder.build(0, common)
@@ -131,8 +99,8 @@ def test_builder_updates_the_same_buffers_in_place(route):
     """Two steps of one padded size (a CUDA graph captured on the first replays with the second's
     contents): the same plan, workspace and buffers; only the contents change."""
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route=route)
-    first = builder.build(0, make_common([50, 60], [4, 4]))
-    second = builder.build(0, make_common([7, 9], [1, 2], num_actual_tokens=8, num_padded_reqs=1))
+    first = builder.build(0, testing.make_common_metadata([50, 60], [4, 4]))
+    second = builder.build(0, testing.make_common_metadata([7, 9], [1, 2], num_actual_tokens=8, num_padded_reqs=1))
     for name in ("req_id", "token_kv_len", "kv_len_bound", "cu_seqlens_q"):
         a, b = getattr(first, name), getattr(second, name)
         assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, f"{name} expected the same buffer in both steps"
@@ -147,8 +115,8 @@ def test_builder_updates_the_same_buffers_in_place(route):
 
 def test_builder_resets_the_tail_a_larger_step_left():
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
-    builder.build(0, make_common([300] * 6, [1] * 6))
-    md = builder.build(0, make_common([40, 50], [1, 1]))
+    builder.build(0, testing.make_common_metadata([300] * 6, [1] * 6))
+    md = builder.build(0, testing.make_common_metadata([40, 50], [1, 1]))
     assert md.token_kv_len.tolist() == [40, 50]
     assert builder._req_id[2:].eq(0).all() and builder._token_kv_len[2:].eq(0).all()
     assert builder._kv_len_bound[2:].eq(1).all(), "rows of the earlier step expected the padding bound 1"
@@ -163,7 +131,7 @@ def test_builder_then_conversion_matches_reference(pattern):
     seq_lens, query_lens = [130, 1000, 40], [1, 3, 40]
     batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, pattern=pattern, drop_fraction=0.2)
     real, padded = batch.num_tokens, 3
-    common = make_common(seq_lens, query_lens, real + padded, num_padded_reqs=1, device=CPU)
+    common = testing.make_common_metadata(seq_lens, query_lens, real + padded, num_padded_reqs=1, device=CPU)
     common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
     builder = SparseMLAMetadataBuilder(64, CPU, NUM_HEADS, route="fa3")
     md = builder.build(0, common)
@@ -187,18 +155,18 @@ def test_builder_then_conversion_matches_reference(pattern):
 def test_builder_rejects_bad_steps():
     builder = SparseMLAMetadataBuilder(4, CPU, NUM_HEADS)
     with pytest.raises(ValueError, match=r"'num_actual_tokens' expected in \[0, max_num_batched_tokens = 4\], got 5"):
-        builder.build(0, make_common([9], [5]))
+        builder.build(0, testing.make_common_metadata([9], [5]))
     with pytest.raises(NotImplementedError, match="cascade attention"):
-        builder.build(16, make_common([9], [1]))
-    common = make_common([9], [1])
+        builder.build(16, testing.make_common_metadata([9], [1]))
+    common = testing.make_common_metadata([9], [1])
     common.query_start_loc = common.query_start_loc.long()
     with pytest.raises(TypeError, match="argument 'query_start_loc' expected dtype torch.int32, got torch.int64"):
         builder.build(0, common)
-    common = make_common([9, 3], [1, 1])
+    common = testing.make_common_metadata([9, 3], [1, 1])
     common.seq_lens = common.seq_lens[:1]
     with pytest.raises(ValueError, match=r"argument 'seq_lens' expected shape \(2,?\), got \(1,\)"):
         builder.build(0, common)
-    common = make_common([9], [2])
+    common = testing.make_common_metadata([9], [2])
     common.slot_mapping = common.slot_mapping.int()
     with pytest.raises(TypeError, match="argument 'slot_mapping' expected dtype torch.int64, got torch.int32"):
         builder.build(0, common)
@@ -360,7 +328,7 @@ def test_impl_splits_one_query_tensor_by_views():
 def _forward_args(num_heads=4, num_tokens=3, route=None):
     gen = testing.make_generator(CPU, seed=30)
     builder = SparseMLAMetadataBuilder(8, CPU, num_heads, index_topk=INDEX_TOPK, route=route)
-    md = builder.build(0, make_common([20, 30], [1, num_tokens - 1]))
+    md = builder.build(0, testing.make_common_metadata([20, 30], [1, num_tokens - 1]))
     q_nope, q_rope = testing.make_queries(num_tokens, num_heads, CPU, gen)
     return dict(
         q=(q_nope, q_rope),
@@ -450,7 +418,7 @@ def test_forward_on_the_triton_route_matches_reference(vllm_layout):
     batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, topk=INDEX_TOPK, pattern="scattered",
                                drop_fraction=0.2)
     kv_cache = testing.make_kv_cache(num_blocks, CPU, gen)
-    common = make_common(seq_lens, query_lens, batch.num_tokens + 1, num_padded_reqs=1)
+    common = testing.make_common_metadata(seq_lens, query_lens, batch.num_tokens + 1, num_padded_reqs=1)
     common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
     md = SparseMLAMetadataBuilder(8, CPU, num_heads, route="triton").build(0, common)
     q_nope, q_rope = testing.make_queries(batch.num_tokens + 1, num_heads, CPU, gen)
@@ -491,7 +459,7 @@ def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():
     the one route that reads them), and the plan that route makes for (T, N, SMs, K)."""
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
     for num_tokens in (1, 2, 5, 16, 100, MAX_TOKENS):
-        md = builder.build(0, make_common([3000] * num_tokens, [1] * num_tokens))
+        md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
         expected = routing.choose_route(NUM_HEADS, num_tokens, "cpu")
         assert md.route.name == expected, f"T={num_tokens}: route expected {expected}, got {md.route.name}"
         assert md.plan == ROUTES[expected].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
@@ -502,7 +470,7 @@ def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():
 def test_builder_route_override(route):
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route=route)
     for num_tokens in (1, 7, MAX_TOKENS):
-        md = builder.build(0, make_common([3000] * num_tokens, [1] * num_tokens))
+        md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
         assert md.route is ROUTES[route], f"T={num_tokens}: route expected {route}, got {md.route.name}"
         assert md.plan == ROUTES[route].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
     assert list(builder.workspaces) == [route], "only the override's workspace expected"
@@ -539,8 +507,8 @@ def test_workspaces_belong_to_the_builder_and_fit_every_step():
 
 def test_step_plan_is_decided_once_per_padded_size():
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
-    first = builder.build(0, make_common([100, 200], [1, 1], num_actual_tokens=4))
-    second = builder.build(0, make_common([9], [3], num_actual_tokens=4))
+    first = builder.build(0, testing.make_common_metadata([100, 200], [1, 1], num_actual_tokens=4))
+    second = builder.build(0, testing.make_common_metadata([9], [3], num_actual_tokens=4))
     assert builder.step_plan(4) is builder.step_plan(4)
     assert first.plan is second.plan and first.route is second.route
     with pytest.raises(ValueError, match=r"'num_actual_tokens' expected in \[0, max_num_batched_tokens = 128\], got 129"):
@@ -552,7 +520,7 @@ def test_fa3_step_without_fa3_plans_but_leaves_scheduling_to_fa3():
     metadata is computed (FA3's calls raise there with the reason)."""
     if fa3.is_available():
         pytest.skip("checks the machine without FA3")
-    md = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route="fa3").build(0, make_common([70, 9], [1, 2]))
+    md = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, route="fa3").build(0, testing.make_common_metadata([70, 9], [1, 2]))
     assert md.prepared.scheduler_metadata is None
     assert md.prepared.page_table.shape == (3, INDEX_TOPK) and md.prepared.cache_seqlens.shape == (3,)
     num_sms = device_info.num_sms(CPU)

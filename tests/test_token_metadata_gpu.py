@@ -9,8 +9,8 @@ reset). Every entry of the persistent buffers is compared, poisoned before the G
 import pytest
 import torch
 
+from sparse_mla import testing
 from sparse_mla.backend import SparseMLAMetadataBuilder
-from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.ops import token_metadata
 
 pytestmark = pytest.mark.skipif(not token_metadata.is_available(), reason=f"op library: {token_metadata.is_available().reason}")
@@ -27,26 +27,6 @@ STEPS = [  # (seq_lens, query_lens, padded token count, padded request slots)
 ]
 
 
-def _common(seq_lens, query_lens, num_tokens, padded_reqs, device):
-    seq_lens = list(seq_lens) + [0] * padded_reqs
-    starts = [0]
-    for q in list(query_lens) + [0] * padded_reqs:
-        starts.append(starts[-1] + q)
-    int32 = dict(dtype=torch.int32)
-    return CommonAttentionMetadata(
-        query_start_loc=torch.tensor(starts, device=device, **int32),
-        query_start_loc_cpu=torch.tensor(starts, **int32),
-        seq_lens=torch.tensor(seq_lens, device=device, **int32),
-        seq_lens_cpu=torch.tensor(seq_lens, **int32),
-        num_reqs=len(seq_lens),
-        num_actual_tokens=num_tokens,
-        max_query_len=max(query_lens, default=0),
-        max_seq_len=max(seq_lens, default=0),
-        slot_mapping=torch.arange(num_tokens, dtype=torch.int64, device=device),
-        block_table_tensor=torch.zeros(len(seq_lens), 200, device=device, **int32),
-    )
-
-
 def test_kernel_equals_the_pytorch_path_over_a_sequence_of_steps():
     gpu = SparseMLAMetadataBuilder(MAX_TOKENS, CUDA, 16, route="triton")
     cpu = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, 16, route="triton")
@@ -55,8 +35,8 @@ def test_kernel_equals_the_pytorch_path_over_a_sequence_of_steps():
         buffer.fill_(-99)  # poisoned: the first step must write everything it owns
     gpu._written_end = MAX_TOKENS  # ... and reset the whole tail
     for seq_lens, query_lens, num_tokens, padded_reqs in STEPS:
-        gpu.build(0, _common(seq_lens, query_lens, num_tokens, padded_reqs, CUDA))
-        cpu.build(0, _common(seq_lens, query_lens, num_tokens, padded_reqs, CPU))
+        gpu.build(0, testing.make_common_metadata(seq_lens, query_lens, num_tokens, padded_reqs, device=CUDA))
+        cpu.build(0, testing.make_common_metadata(seq_lens, query_lens, num_tokens, padded_reqs, device=CPU))
         for name in ("_req_id", "_token_kv_len", "_kv_len_bound"):
             got, want = getattr(gpu, name).cpu(), getattr(cpu, name)
             assert torch.equal(got, want), f"{name} after step {seq_lens}/{query_lens}: {got.tolist()} != {want.tolist()}"

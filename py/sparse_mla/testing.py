@@ -242,6 +242,38 @@ def common_metadata(
     )
 
 
+def make_common_metadata(
+    seq_lens: List[int],
+    query_lens: List[int],
+    num_actual_tokens: Optional[int] = None,
+    num_padded_reqs: int = 0,
+    max_blocks: int = 4,
+    device: torch.device = torch.device("cpu"),
+) -> CommonAttentionMetadata:
+    """An engine step of requests with ``seq_lens`` / ``query_lens``, without a cache behind it (for the
+    builder alone): ``num_actual_tokens`` pads the token count (CUDA graphs), ``num_padded_reqs`` adds
+    request slots that repeat the last query start and have seq_len 0; block table rows count up."""
+    seq_lens = list(seq_lens) + [0] * num_padded_reqs
+    query_lens = list(query_lens) + [0] * num_padded_reqs
+    starts = [0]
+    for q in query_lens:
+        starts.append(starts[-1] + q)
+    num_tokens = starts[-1] if num_actual_tokens is None else num_actual_tokens
+    int32 = dict(dtype=torch.int32)
+    return CommonAttentionMetadata(
+        query_start_loc=torch.tensor(starts, device=device, **int32),
+        query_start_loc_cpu=torch.tensor(starts, **int32),
+        seq_lens=torch.tensor(seq_lens, device=device, **int32),
+        seq_lens_cpu=torch.tensor(seq_lens, **int32),
+        num_reqs=len(seq_lens),
+        num_actual_tokens=num_tokens,
+        max_query_len=max(query_lens, default=0),
+        max_seq_len=max(seq_lens, default=0),
+        slot_mapping=torch.arange(num_tokens, dtype=torch.int64, device=device),
+        block_table_tensor=torch.arange(len(seq_lens) * max_blocks, device=device, **int32).view(-1, max_blocks),
+    )
+
+
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """``‖out − ref‖ / ‖ref‖`` in float64; NaN anywhere in ``out`` gives ``inf``."""
     out64, ref64 = out.double(), ref.double()
