@@ -40,7 +40,7 @@ from sparse_mla.constants import (
 from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, max_default_shared_memory_bytes
 from sparse_mla.kernels.topk_to_slots import check_topk_indices
-from sparse_mla.ops import token_metadata
+from sparse_mla.ops import fa3, token_metadata
 from sparse_mla.routes import ROUTES, Route
 
 MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
@@ -90,8 +90,10 @@ class SparseMLABackend:
     def device_reasons(capability: Tuple[int, int]) -> List[str]:
         """Why a device of compute capability ``(major, minor)`` cannot run this backend; empty when it can.
 
-        FA3 is built for sm_90a and runs on 9.x only; elsewhere :mod:`sparse_mla.routing` sends every batch
-        to the fused Triton kernel, so the device must run that kernel: compute capability >= 8.0 (bf16
+        On the current device, when FA3 runs there (sm_90a, built): served, since FA3 and the decode kernel
+        take every batch (the routing table names no Triton entry then). FA3 is built for sm_90a and runs
+        on 9.x only; elsewhere, or without the FA3 library, :mod:`sparse_mla.routing` sends batches to the
+        fused Triton kernel, so the device must run that kernel: compute capability >= 8.0 (bf16
         ``tl.dot``) and enough shared memory per block for every launch configuration
         :func:`~sparse_mla.kernels.sparse_mla_attention.default_launch_config` may pick
         (:func:`~sparse_mla.kernels.sparse_mla_attention.max_default_shared_memory_bytes`, 198,144 B on a
@@ -103,6 +105,11 @@ class SparseMLABackend:
         """
         major, minor = capability
         name = f"compute capability {major}.{minor}"
+        current = torch.cuda.is_available() and torch.cuda.get_device_capability() == (major, minor)
+        _, _, table = routing.load_table()
+        triton_routed = any("triton" in row for row in table.values())
+        if current and fa3.is_available() and not triton_routed:
+            return []  # FA3 (and the decode kernel) serve every batch here; Triton is never routed to
         if (major, minor) < MIN_TRITON_COMPUTE_CAPABILITY:
             want = ".".join(map(str, MIN_TRITON_COMPUTE_CAPABILITY))
             return [f"{name} not supported (the Triton kernel's bf16 tl.dot needs >= {want})"]
