@@ -12,6 +12,7 @@
 
 #include "cc/fa3_api.h"
 #include "cc/op_checks.h"
+#include "cc/topk_source.h"
 #include "cc/topk_to_slots.h"
 
 namespace sparse_mla {
@@ -55,15 +56,8 @@ void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at
 
   const c10::cuda::CUDAGuard guard(device);
   TopkToSlotsParams p{};
-  p.topk_indices = topk_indices.data_ptr<int32_t>();
-  p.topk_token_stride = topk_indices.stride(0);
-  p.topk = static_cast<int>(topk);
-  p.req_id = req_id.data_ptr<int32_t>();
-  p.token_kv_len = token_kv_len.data_ptr<int32_t>();
-  p.block_table = block_table.data_ptr<int32_t>();
-  p.block_table_stride = block_table.stride(0);
+  fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table);
   p.num_reqs = static_cast<int>(block_table.size(0));
-  p.max_blocks_per_req = static_cast<int>(block_table.size(1));
   p.num_blocks = static_cast<int>(num_blocks);
   p.block_stride_rows = static_cast<int>(block_stride_rows);
   p.slot_ids = page_table.data_ptr<int32_t>();

@@ -10,6 +10,7 @@
 
 #include "cc/op_checks.h"
 #include "cc/sparse_decode.h"
+#include "cc/topk_source.h"
 
 namespace sparse_mla {
 namespace decode {
@@ -101,14 +102,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.kv_block_stride = kv_cache.stride(0);
   p.kv_slot_stride = kv_cache.stride(1);
   p.num_blocks = static_cast<int>(num_blocks);
-  p.topk_indices = topk_indices.data_ptr<int32_t>();
-  p.topk_token_stride = topk_indices.stride(0);
-  p.topk = static_cast<int>(topk);
-  p.req_id = req_id.data_ptr<int32_t>();
-  p.token_kv_len = token_kv_len.data_ptr<int32_t>();
-  p.block_table = block_table.data_ptr<int32_t>();
-  p.block_table_stride = block_table.stride(0);
-  p.max_blocks_per_req = static_cast<int>(block_table.size(1));
+  fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table);
   p.out = out.data_ptr();
   p.out_token_stride = out.stride(0);
   p.out_head_stride = out.stride(1);
