@@ -11,14 +11,13 @@
 #include <optional>
 
 #include "cc/fa3_api.h"
+#include "cc/mla_layout.h"
 #include "cc/op_checks.h"
 #include "cc/topk_source.h"
 #include "cc/topk_to_slots.h"
 
 namespace sparse_mla {
 namespace {
-
-constexpr int64_t kKvLoraRank = 512, kRopeDim = 64, kSlotElems = 576, kBlockSize = 64;
 
 void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& kv_cache,
                     const at::Tensor& topk_indices, const at::Tensor& req_id, const at::Tensor& token_kv_len,

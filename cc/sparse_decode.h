@@ -7,18 +7,16 @@
 
 #include <cuda_runtime.h>
 
+#include "cc/mla_layout.h"
+
 namespace sparse_mla {
 namespace decode {
 
-// Geometry shared by the kernel, the op and (through the op's `limits` call) the Python planner.
-constexpr int kKvLoraRank = 512;       // c_kv width (DeepSeek-V3.2 kv_lora_rank)
-constexpr int kRopeDim = 64;           // k_rope width (qk_rope_head_dim)
-constexpr int kSlotElems = kKvLoraRank + kRopeDim;  // 576 bf16 per cache slot
-constexpr int kBlockSize = 64;         // cache slots per block
+// The kernel's geometry; sparse_mla.ops.decode repeats the numbers its planner needs (CLUSTER_SIZE,
+// CHUNK, HEAD_TILE_ROWS, MAX_SPLITS).
 constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions
 constexpr int kChunk = 64;             // positions per pipeline stage
 constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
-constexpr int kMaxHeadTiles = 4;       // at most 64 heads per CTA
 constexpr int kMaxSplits = 64;         // merge weights live in shared memory
 constexpr int kMaxPositionsPerSplit = 8192;
 

@@ -8,13 +8,14 @@
 // tail of the row is zeroed and the count written, exactly as sparse_mla.reference.topk_to_slots_reference.
 #include "cc/topk_to_slots.h"
 
+#include "cc/mla_layout.h"
+
 namespace sparse_mla {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerThread = 8;  // 2048 entries (DeepSeek-V3.2's top-k) in one tile
-constexpr int kBlockSize = 64;
 
 __global__ void __launch_bounds__(kThreads) topk_to_slots_kernel(const TopkToSlotsParams p) {
   __shared__ int warp_totals[kWarps];
