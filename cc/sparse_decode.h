@@ -17,7 +17,7 @@ namespace decode {
 constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions
 constexpr int kChunk = 64;             // positions per pipeline stage
 constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
-constexpr int kMaxSplits = 64;         // merge weights live in shared memory
+constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
 constexpr int kMaxPositionsPerSplit = 8192;
 
 struct SparseDecodeParams {
@@ -67,6 +67,10 @@ int shared_memory_bytes(int head_tiles, int positions_per_split);
 
 // Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream);
+
+// Clusters of this kernel configuration that the current device runs at once (one wave), into
+// `clusters`; the planner keeps its grid within it. Returns the CUDA error of the query.
+cudaError_t max_active_clusters(int head_tiles, int positions_per_split, int* clusters);
 
 }  // namespace decode
 }  // namespace sparse_mla

@@ -168,8 +168,22 @@ __device__ __forceinline__ void push4(uint32_t remote, float4 v, uint32_t remote
                : "memory");
 }
 
+// The two halves of a cluster-wide barrier (all threads of all ranks): release what this thread wrote
+// (here the mbarrier initialization), and later acquire what every rank released before arriving.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+// CTAs per SM the register budget must allow: the planner sizes its grid to the clusters one wave
+// holds (max_active_clusters), so registers set how many splits fit (16 heads: 3 CTAs of <= 85
+// registers; 32 heads: 2 of 128; 64 heads: 1).
 template <int kHeadTiles>
-__global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
+constexpr int kMinBlocksPerSm = kHeadTiles == 1 ? 3 : kHeadTiles == 2 ? 2 : 1;
+
+template <int kHeadTiles>
+__global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
     sparse_decode_kernel(const SparseDecodeParams p) {
   constexpr int kHeads = kHeadTileRows * kHeadTiles;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -199,8 +213,38 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     for (int b = 0; b < 2 * kExchangeBuffers; ++b) barrier_init(received_barrier + 8 * b);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  // Every rank's mbarriers must be initialized before anyone pushes to them: arrive now, wait only
+  // before the first push, so the cluster barrier's latency hides behind the loads below.
+  cluster_arrive();
 
-  // 1. This split's positions -> global slot rows (masked entries -1), kUnroll independent loads in flight.
+  // 1. Query fragments of this rank's columns, kept in registers for the whole loop (loaded first: they
+  //    do not depend on the index -> block-table chain below, so both are in flight together).
+  uint32_t q_nope_frag[kHeadTiles][4][4];
+  uint32_t q_rope_frag[kHeadTiles][2];
+  {
+    const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
+    const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
+#pragma unroll
+    for (int mt = 0; mt < kHeadTiles; ++mt) {
+      const int h0 = head_base + mt * kHeadTileRows + group, h1 = h0 + 8;
+      const bool v0 = h0 < p.num_heads, v1 = h1 < p.num_heads;
+      const __nv_bfloat16* n0 = q_nope + (v0 ? h0 : 0) * p.q_nope_head_stride + rank * kColsPerRank;
+      const __nv_bfloat16* n1 = q_nope + (v1 ? h1 : 0) * p.q_nope_head_stride + rank * kColsPerRank;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const int col = ks * 16 + 2 * quad;
+        q_nope_frag[mt][ks][0] = load_pair(n0, col, v0);
+        q_nope_frag[mt][ks][1] = load_pair(n1, col, v1);
+        q_nope_frag[mt][ks][2] = load_pair(n0, col + 8, v0);
+        q_nope_frag[mt][ks][3] = load_pair(n1, col + 8, v1);
+      }
+      const __nv_bfloat16* r0 = q_rope + (v0 ? h0 : 0) * p.q_rope_head_stride + rank * kRopePerRank;
+      const __nv_bfloat16* r1 = q_rope + (v1 ? h1 : 0) * p.q_rope_head_stride + rank * kRopePerRank;
+      q_rope_frag[mt][0] = load_pair(r0, 2 * quad, v0);
+      q_rope_frag[mt][1] = load_pair(r1, 2 * quad, v1);
+    }
+  }
+  // 2. This split's positions -> global slot rows (masked entries -1), kUnroll independent loads in flight.
   {
     constexpr int kUnroll = 4;
     const int kv_len = p.token_kv_len[token];
@@ -229,37 +273,11 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     }
   }
 
-  // 2. Query fragments of this rank's columns, kept in registers for the whole loop.
-  uint32_t q_nope_frag[kHeadTiles][4][4];
-  uint32_t q_rope_frag[kHeadTiles][2];
-  {
-    const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
-    const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
-#pragma unroll
-    for (int mt = 0; mt < kHeadTiles; ++mt) {
-      const int h0 = head_base + mt * kHeadTileRows + group, h1 = h0 + 8;
-      const bool v0 = h0 < p.num_heads, v1 = h1 < p.num_heads;
-      const __nv_bfloat16* n0 = q_nope + (v0 ? h0 : 0) * p.q_nope_head_stride + rank * kColsPerRank;
-      const __nv_bfloat16* n1 = q_nope + (v1 ? h1 : 0) * p.q_nope_head_stride + rank * kColsPerRank;
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const int col = ks * 16 + 2 * quad;
-        q_nope_frag[mt][ks][0] = load_pair(n0, col, v0);
-        q_nope_frag[mt][ks][1] = load_pair(n1, col, v1);
-        q_nope_frag[mt][ks][2] = load_pair(n0, col + 8, v0);
-        q_nope_frag[mt][ks][3] = load_pair(n1, col + 8, v1);
-      }
-      const __nv_bfloat16* r0 = q_rope + (v0 ? h0 : 0) * p.q_rope_head_stride + rank * kRopePerRank;
-      const __nv_bfloat16* r1 = q_rope + (v1 ? h1 : 0) * p.q_rope_head_stride + rank * kRopePerRank;
-      q_rope_frag[mt][0] = load_pair(r0, 2 * quad, v0);
-      q_rope_frag[mt][1] = load_pair(r1, 2 * quad, v1);
-    }
-  }
   for (int h = tid; h < kHeads; h += kThreads) {
     row_max[h] = kNegInf;
     row_sum[h] = 0.f;
   }
-  cluster.sync();  // rows[] complete; every rank's mbarriers initialized before anyone pushes to them
+  __syncthreads();  // rows[] complete
 
   // 3. Gather ring: chunk c's 64 rows (this rank's 144 bytes of each) into stage c % kStages.
   const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
@@ -388,6 +406,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
   }
   cp_async_wait<kStages - 2>();  // chunk 0 has landed
   __syncthreads();
+  cluster_wait();  // every rank's mbarriers are initialized
   score_and_push(0);
   if (1 < num_chunks) {
     cp_async_wait<kStages - 3>();  // chunk 1 has landed
@@ -534,87 +553,103 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads)
     const float l = row_sum[h];
     __stcg(partial_lse + h, l > 0.f ? row_max[h] + log2f(l) : kNegInf);
   }
-  __threadfence();
-  __syncthreads();
+  __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
   if (tid == 0) {
+    __threadfence();  // release: this CTA's partials are visible before its arrival counts
     int32_t* counter = p.counters + group_index * kClusterSize + rank;
     arrived_last = atomicAdd(counter, 1) == p.num_splits - 1;
     if (arrived_last) *counter = 0;  // every split has arrived: ready for the next launch
   }
   __syncthreads();
   if (!arrived_last || (p.ablate & kAblateMerge)) return;
-  __threadfence();
+  __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
 
-  // Merge (last CTA of this rank's columns). All split LSEs are loaded at once, then turned into
-  // weights 2^(lse_s - max) per head; each output float4 reads its splits kMergeUnroll at a time.
+  // Merge (last CTA of this rank's columns): each thread merges float4s of one head's output
+  // columns. It loads kMergeUnroll splits' partials and base-2 LSEs at once (one L2 round trip for
+  // up to kMergeUnroll splits; no barrier) and folds them into a running max / sum / accumulator.
   constexpr int kMergeUnroll = 8;
-  float* weight = received;            // [num_splits][kHeads] (the exchange buffers are idle now)
-  float* scale = scores;               // [kHeads] 1 / sum of weights
-  float* merged_lse = scores + kHeads;  // [kHeads] base 2
   const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
-  for (int i = tid; i < p.num_splits * kHeads; i += kThreads)
-    weight[i] = __ldcg(lse_base + (i / kHeads) * kClusterSize * kHeads + i % kHeads);
-  __syncthreads();
-  for (int h = tid; h < kHeads; h += kThreads) {
-    float max_lse = kNegInf;
-    for (int s = 0; s < p.num_splits; ++s) max_lse = fmaxf(max_lse, weight[s * kHeads + h]);
-    const float base = max_lse == kNegInf ? 0.f : max_lse;
-    float total = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float w = exp2f(weight[s * kHeads + h] - base);
-      weight[s * kHeads + h] = w;
-      total += w;
-    }
-    scale[h] = total > 0.f ? 1.f / total : 0.f;
-    merged_lse[h] = total > 0.f ? base + log2f(total) : kNegInf;
-  }
-  __syncthreads();
   const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
   for (int v = tid; v < kHeads * kColsPerRank / 4; v += kThreads) {
     const int h = v / (kColsPerRank / 4), col = rank * kColsPerRank + (v % (kColsPerRank / 4)) * 4;
-    if (head_base + h >= p.num_heads) continue;
+    float running_max = kNegInf, total = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s0 = 0; s0 < p.num_splits; s0 += kMergeUnroll) {
       float4 x[kMergeUnroll];
-#pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u)
-        x[u] = s0 + u < p.num_splits
-                   ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      float lse[kMergeUnroll];
 #pragma unroll
       for (int u = 0; u < kMergeUnroll; ++u) {
-        const float w = s0 + u < p.num_splits ? weight[(s0 + u) * kHeads + h] : 0.f;
+        const bool present = s0 + u < p.num_splits;
+        lse[u] = present ? __ldcg(lse_base + (s0 + u) * kClusterSize * kHeads + h) : kNegInf;
+        x[u] = present ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      float group_max = running_max;
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) group_max = fmaxf(group_max, lse[u]);
+      const float base = group_max == kNegInf ? 0.f : group_max;  // no (-inf) - (-inf)
+      const float rescale = exp2f(running_max - base);            // 0 while nothing was valid
+      total *= rescale;
+      acc.x *= rescale;
+      acc.y *= rescale;
+      acc.z *= rescale;
+      acc.w *= rescale;
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) {
+        const float w = exp2f(lse[u] - base);  // 0 for a split without valid positions
+        total += w;
         acc.x += w * x[u].x;
         acc.y += w * x[u].y;
         acc.z += w * x[u].z;
         acc.w += w * x[u].w;
       }
+      running_max = group_max;
     }
-    const float inv = scale[h];
+    if (head_base + h >= p.num_heads) continue;
+    const float inv = total > 0.f ? 1.f / total : 0.f;
     auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
                                             (head_base + h) * p.out_head_stride + col);
     out[0] = pack_bf16(acc.x * inv, acc.y * inv);
     out[1] = pack_bf16(acc.z * inv, acc.w * inv);
+    if (p.lse != nullptr && rank == 0 && v % (kColsPerRank / 4) == 0)
+      p.lse[token * p.num_heads + head_base + h] = total > 0.f ? (running_max + log2f(total)) * kLn2 : kNegInf;
   }
-  if (p.lse != nullptr && rank == 0) {
-    for (int h = tid; h < kHeads && head_base + h < p.num_heads; h += kThreads)
-      p.lse[token * p.num_heads + head_base + h] = merged_lse[h] * kLn2;
-  }
+}
+
+// Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
+template <int kHeadTiles>
+cudaError_t allow_shared_memory(int bytes) {
+  constexpr int kMaxDevices = 64;
+  static int configured_bytes[kMaxDevices] = {};
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  if (device < kMaxDevices && bytes <= configured_bytes[device]) return cudaSuccess;
+  error = cudaFuncSetAttribute(sparse_decode_kernel<kHeadTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (error == cudaSuccess && device < kMaxDevices) configured_bytes[device] = bytes;
+  return error;
 }
 
 template <int kHeadTiles>
 cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
   const int bytes = shared_memory_bytes(kHeadTiles, p.positions_per_split);
-  static int configured_bytes = 0;  // raise the dynamic shared-memory limit once per size seen
-  if (bytes > configured_bytes) {
-    const cudaError_t error = cudaFuncSetAttribute(sparse_decode_kernel<kHeadTiles>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (error != cudaSuccess) return error;
-    configured_bytes = bytes;
-  }
+  const cudaError_t error = allow_shared_memory<kHeadTiles>(bytes);
+  if (error != cudaSuccess) return error;
   const dim3 grid(kClusterSize, p.num_splits, p.num_tokens * p.head_groups);
   sparse_decode_kernel<kHeadTiles><<<grid, kThreads, bytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <int kHeadTiles>
+cudaError_t max_active_clusters(int positions_per_split, int* clusters) {
+  const int bytes = shared_memory_bytes(kHeadTiles, positions_per_split);
+  const cudaError_t error = allow_shared_memory<kHeadTiles>(bytes);
+  if (error != cudaSuccess) return error;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(kClusterSize, 1, 1);
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.dynamicSmemBytes = bytes;
+  return cudaOccupancyMaxActiveClusters(clusters, sparse_decode_kernel<kHeadTiles>, &config);
 }
 
 }  // namespace
@@ -631,6 +666,19 @@ cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t 
       return launch<2>(params, stream);
     case 4:
       return launch<4>(params, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t max_active_clusters(int head_tiles, int positions_per_split, int* clusters) {
+  switch (head_tiles) {
+    case 1:
+      return max_active_clusters<1>(positions_per_split, clusters);
+    case 2:
+      return max_active_clusters<2>(positions_per_split, clusters);
+    case 4:
+      return max_active_clusters<4>(positions_per_split, clusters);
     default:
       return cudaErrorInvalidValue;
   }

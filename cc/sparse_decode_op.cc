@@ -122,6 +122,20 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
 }
 
+int64_t max_active_clusters_op(int64_t head_tiles, int64_t positions_per_split) {
+  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2 || head_tiles == 4,
+                    "sparse_mla: argument 'head_tiles' expected 1, 2 or 4, got ", head_tiles);
+  TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % kChunk == 0 &&
+                        positions_per_split <= kMaxPositionsPerSplit,
+                    "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", kChunk,
+                    " up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+  int clusters = 0;
+  const cudaError_t error =
+      max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(positions_per_split), &clusters);
+  TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(error));
+  return clusters;
+}
+
 }  // namespace
 }  // namespace decode
 }  // namespace sparse_mla
@@ -132,6 +146,9 @@ TORCH_LIBRARY(sparse_mla_decode, m) {
       "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
       "Tensor(d!)? partial_lse, Tensor(e!)? counters, int ablate=0) -> ()");
+  // No tensor argument: one kernel for every dispatch key, on the current CUDA device.
+  m.def("max_active_clusters(int head_tiles, int positions_per_split) -> int",
+        &sparse_mla::decode::max_active_clusters_op);
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla_decode, CUDA, m) { m.impl("fwd", TORCH_FN(sparse_mla::decode::fwd)); }

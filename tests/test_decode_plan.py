@@ -38,6 +38,41 @@ def test_plan_on_h200(num_tokens, num_heads, head_tiles, head_groups, num_splits
     assert launch.heads_per_cta * launch.head_groups >= num_heads
 
 
+H200_CLUSTERS_PER_WAVE = {1: 45, 2: 30, 4: 15}
+"""cudaOccupancyMaxActiveClusters of the kernel on the H200 by head tiles (2026-11-30, 80/128/176 registers)."""
+
+
+def h200_capacity(head_tiles, positions_per_split):
+    assert positions_per_split % decode.CHUNK == 0
+    return H200_CLUSTERS_PER_WAVE[head_tiles]
+
+
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, num_splits",
+    [
+        (1, 16, 16),  # 16 clusters fit the 45 of a wave: as without capacity
+        (16, 16, 2),
+        (1, 128, 7),  # 16 clusters of 64 heads would be two waves of the 15 that fit: 14 instead
+        (2, 128, 3),  # 32 clusters = 3 waves of 4 chunks; 12 clusters = 1 wave of 11 chunks is shorter
+        (1, 64, 11),
+        (8, 64, 3),  # more tokens than a wave holds: the split count with the fewest chunk steps
+    ],
+)
+def test_plan_fits_cluster_waves(num_tokens, num_heads, num_splits):
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity)
+    assert launch.num_splits == num_splits
+    assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
+    unbounded = decode.plan(num_tokens, num_heads, H200_SMS)
+    assert launch.num_splits <= unbounded.num_splits
+
+
+def test_plan_with_unlimited_capacity_is_the_plain_plan():
+    for num_tokens in (1, 2, 3, 8, 40):
+        for num_heads in (1, 16, 32, 64, 128):
+            assert decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=lambda t, p: 10**6) == decode.plan(
+                num_tokens, num_heads, H200_SMS)
+
+
 def test_plan_drops_empty_splits_and_rounds_to_chunks():
     launch = decode.plan(1, 16, 48, topk=2048, ctas_per_sm=1)  # 6 splits asked: 2048 / 6 -> 384 per split -> 6
     assert (launch.num_splits, launch.positions_per_split) == (6, 384)

@@ -258,7 +258,8 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
     """The decode kernel alone, with its plan for this (T, N) and a workspace of its own."""
     num_tokens, num_heads = c.q_nope.shape[:2]
     num_sms = torch.cuda.get_device_properties(kv_cache.device).multi_processor_count
-    launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm)
+    launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm,
+                         decode.cluster_capacity(torch.cuda.current_device()))
     workspace = decode.DecodeWorkspace.for_plans([launch], kv_cache.device)
     b = c.batch
     return lambda: decode.sparse_mla_decode(

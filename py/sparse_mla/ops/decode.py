@@ -19,7 +19,7 @@ Example
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -39,7 +39,12 @@ HEAD_TILE_ROWS = 16
 """Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or 4 tiles."""
 
 MAX_SPLITS = 64
-"""Most splits of one token's positions (``kMaxSplits``: merge weights live in shared memory)."""
+"""Most splits of one token's positions (``kMaxSplits``)."""
+
+
+WAVE_COST_IN_CHUNKS = 3
+"""A wave's fixed cost in units of one 64-position chunk: the kernel's index translation, first gather
+and epilogue take ~5 µs, a chunk ~1.7 µs (per-CTA clock stamps on the H200, N = 16, T = 1..16)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +89,14 @@ class DecodePlan:
         return 0 if self.num_splits == 1 else self.num_tokens * self.head_groups * CLUSTER_SIZE
 
 
-def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, ctas_per_sm: Optional[int] = None) -> DecodePlan:
+def plan(
+    num_tokens: int,
+    num_heads: int,
+    num_sms: int,
+    topk: int = INDEX_TOPK,
+    ctas_per_sm: Optional[int] = None,
+    cluster_capacity: Optional[Callable[[int, int], int]] = None,
+) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA: 16 for ``N <= 16``, 32 for ``N <= 32``, else 64 (``ceil(N / 64)`` head groups).
@@ -97,6 +109,14 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, 
     at N = 16, T = 4; 47.5 vs 65.1 at T = 16), where fewer positions per CTA shorten its chunk loop
     more than the larger merge costs. Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 16 splits
     of 128 positions (128 CTAs), T = 8 → 4 splits, T = 16 → 2.
+
+    ``cluster_capacity(head_tiles, positions_per_split)``, when given, is the number of clusters the
+    device runs at once (:func:`max_active_clusters`). A cluster's 8 CTAs must share one GPC, so fewer
+    clusters fit than ``SMs / 8`` suggests (H200: 15 of 64 heads, not 16), and a grid one cluster too
+    large runs twice as long. The splits are then chosen, up to the count above, to minimize waves x
+    (:data:`WAVE_COST_IN_CHUNKS` + chunks per split), the fewest splits among equals: N = 128, T = 1 on
+    the H200 takes 7 splits of 320 positions (14 clusters, one wave) instead of 8 of 256 (16 clusters,
+    two waves): 25.3 instead of 41.3 µs (results/2026-11-30-h200/decode_plan.md).
 
     Raises
     ------
@@ -116,8 +136,16 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int = INDEX_TOPK, 
     if ctas_per_sm is None:
         ctas_per_sm = 1 if num_tokens * head_groups <= 2 else 2
     chunks = -(-topk // CHUNK)
-    splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * max(num_tokens, 1) * head_groups)
+    token_groups = max(num_tokens, 1) * head_groups
+    splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * token_groups)
     splits = max(1, min(splits, MAX_SPLITS, chunks))
+    if cluster_capacity is not None:
+
+        def chunk_steps(s: int) -> int:  # waves x (fixed cost + chunks per split), in chunk times
+            capacity = max(1, cluster_capacity(head_tiles, -(-chunks // s) * CHUNK))
+            return -(-token_groups * s // capacity) * (WAVE_COST_IN_CHUNKS + -(-chunks // s))
+
+        splits = min(range(1, splits + 1), key=chunk_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * CHUNK
     return DecodePlan(
         num_tokens=num_tokens,
@@ -165,6 +193,31 @@ class DecodeWorkspace:
             if plans[-1].num_splits == 1 and t > 2:
                 break  # more tokens never split again (the default CTAs per SM is fixed from T = 3 on)
         return cls.for_plans(plans, device)
+
+
+@functools.lru_cache(maxsize=None)
+def max_active_clusters(head_tiles: int, positions_per_split: int, device_index: int) -> int:
+    """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
+    (``cudaOccupancyMaxActiveClusters``; cached). Pass it to :func:`plan` as ``cluster_capacity``.
+
+    Raises
+    ------
+    RuntimeError
+        The op library is not available (the reason is in the message) or the query failed.
+    ValueError
+        ``head_tiles`` not 1, 2 or 4, or ``positions_per_split`` not a multiple of 64 in (0, 8192].
+    """
+    availability = is_available()
+    if not availability:
+        raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
+    with torch.cuda.device(device_index):
+        return torch.ops.sparse_mla_decode.max_active_clusters(head_tiles, positions_per_split)
+
+
+def cluster_capacity(device_index: int) -> Callable[[int, int], int]:
+    """:func:`plan`'s ``cluster_capacity`` on CUDA device ``device_index``: ``(head_tiles,
+    positions_per_split) -> clusters per wave`` (:func:`max_active_clusters`)."""
+    return functools.partial(max_active_clusters, device_index=device_index)
 
 
 @functools.lru_cache(maxsize=None)

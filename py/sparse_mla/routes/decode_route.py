@@ -18,8 +18,10 @@ is_available = decode.is_available
 
 
 def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> decode.DecodePlan:
-    """The launch plan of a step (:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM)."""
-    return decode.plan(num_tokens, num_heads, num_sms, topk)
+    """The launch plan of a step (:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM),
+    kept within one wave of clusters of the current CUDA device where the kernel runs here."""
+    capacity = decode.cluster_capacity(torch.cuda.current_device()) if decode.is_available() else None
+    return decode.plan(num_tokens, num_heads, num_sms, topk, cluster_capacity=capacity)
 
 
 def make_workspace(max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device) -> decode.DecodeWorkspace:

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Kernel iteration on the GPU machine without Bazel: builds the decode op library (cc/sparse_decode_op.cc,
+# the metadata op and kernel) once per variant of the decode kernel's source with nvcc and g++ directly
+# (the flags of tools/cuda/flags.bzl), then times each variant with tools/bench.py's decode path, and
+# optionally profiles it with Nsight Compute. Outputs go to $OUT (default ./gpu_out/variants).
+#
+# Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cu... [-- bench flags]
+#   VARIANT.cu: a copy of cc/sparse_decode_kernel.cu (keep experiments in the git-ignored .device/);
+#   cc/sparse_decode_kernel.cu itself is the baseline. Each is named after its file's basename.
+#   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
+#   reasons, memory and source sections; text report in $OUT).
+#   --tests: per variant, tests/test_decode_gpu.py against its library.
+# Bench flags default to --heads=16,32,64,128 --tokens=1,2,4,8,16 (each point checked against the reference).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${OUT:-$PWD/gpu_out}/variants
+mkdir -p "$out"
+ncu_points="" run_tests=0 variants=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case "$1" in
+    --ncu=*) ncu_points=${1#--ncu=} ;;
+    --tests) run_tests=1 ;;
+    *) variants+=("$1") ;;
+  esac
+  shift
+done
+[ "${1:-}" = "--" ] && shift
+bench_flags=("$@")
+[ ${#bench_flags[@]} -eq 0 ] && bench_flags=(--heads=16,32,64,128 --tokens=1,2,4,8,16)
+
+cuda=${CUDA_HOME:-/usr/local/cuda}
+nvcc_flags=(-gencode arch=compute_90a,code=sm_90a -std=c++17 -O3 -DNDEBUG --use_fast_math
+            --expt-relaxed-constexpr -Xcompiler -fPIC -I. -Xptxas -v)
+read -r -a torch_flags < <(python3 -c "
+import torch, torch.utils.cpp_extension as e
+print(' '.join(['-I' + p for p in e.include_paths()] + ['-D_GLIBCXX_USE_CXX11_ABI=%d' % torch._C._GLIBCXX_USE_CXX11_ABI]))")
+torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+build=/tmp/decode_variants
+mkdir -p "$build"
+
+# The parts every variant shares, compiled once and in parallel.
+g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/sparse_decode_op.cc -o "$build/op.o" &
+g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/token_metadata_op.cc -o "$build/tm_op.o" &
+nvcc "${nvcc_flags[@]}" -c cc/token_metadata_kernel.cu -o "$build/tm_kernel.o" > "$build/tm_kernel.log" 2>&1 &
+for source in "${variants[@]}"; do
+  name=$(basename "$source" .cu)
+  nvcc "${nvcc_flags[@]}" -c "$source" -o "$build/$name.o" > "$out/$name.ptxas.txt" 2>&1 &
+done
+wait
+summary=$out/summary.txt
+: > "$summary"
+for source in "${variants[@]}"; do
+  name=$(basename "$source" .cu)
+  lib=$build/lib_$name.so
+  if ! g++ -shared -o "$lib" "$build/op.o" "$build/tm_op.o" "$build/tm_kernel.o" "$build/$name.o" \
+      -L"$torch_lib" -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda -L"$cuda/lib64" -lcudart; then
+    echo "$name: build failed (see $out/$name.ptxas.txt)" | tee -a "$summary"
+    continue
+  fi
+  echo "$name: $(grep -E 'registers' "$out/$name.ptxas.txt" | sed -E 's/.*Used ([0-9]+) registers.*/\1/' | tr '\n' '/') registers" \
+    | tee -a "$summary"
+  export SPARSE_MLA_DECODE_LIBRARY=$lib
+  PYTHONPATH=py python3 -c "
+from sparse_mla.ops import decode
+for tiles in (1, 2, 4):
+    print('  clusters per wave, head_tiles', tiles, [(pps, decode.max_active_clusters(tiles, pps, 0)) for pps in (64, 128, 256, 512, 1024, 2048)])
+" 2>&1 | tail -3 | tee -a "$summary"
+  if [ "$run_tests" -eq 1 ]; then
+    PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
+    echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"
+  fi
+  mkdir -p "$out/$name"
+  PYTHONPATH=py python3 tools/bench.py --paths=decode --out_dir="$out/$name" "${bench_flags[@]}" \
+    > "$out/$name/bench.log" 2>&1
+  echo "  bench rc=$?" | tee -a "$summary"
+  grep -E "^ *[0-9]+ +\| +[0-9]+ +\|" "$out/$name/bench.log" | tee -a "$summary"
+  for point in ${ncu_points//,/ }; do
+    heads=${point%:*} tokens=${point#*:}
+    ncu --clock-control none --section LaunchStats --section Occupancy --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
+      -k regex:sparse_decode --launch-skip 10 --launch-count 1 \
+      env PYTHONPATH=py python3 tools/bench.py --paths=decode --nocheck --heads="$heads" --tokens="$tokens" --out_dir=/tmp/ncu_bench \
+      > "$out/$name.ncu_N${heads}_T${tokens}.txt" 2>&1
+    echo "  ncu N=$heads T=$tokens: rc=$? $(grep -E 'Duration' "$out/$name.ncu_N${heads}_T${tokens}.txt" | head -1)" \
+      | tee -a "$summary"
+  done
+done
+cat "$summary"
