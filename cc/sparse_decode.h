@@ -15,7 +15,7 @@ namespace decode {
 // The kernel's geometry; sparse_mla.ops.decode repeats the numbers its planner needs (CLUSTER_SIZE,
 // CHUNK, HEAD_TILE_ROWS, MAX_SPLITS).
 constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions
-constexpr int kChunk = 64;             // positions per pipeline stage
+constexpr int kChunk = 128;            // a split's smallest granule: one 16-position stage of each CTA
 constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
 constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
 constexpr int kMaxPositionsPerSplit = 8192;
@@ -49,28 +49,29 @@ struct SparseDecodeParams {
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
   int32_t* counters;    // [T, head_groups, kClusterSize]
   int num_tokens, num_heads;
-  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2, 4}
+  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2}
+  int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
   int head_groups;      // ceil(num_heads / heads per CTA)
   int num_splits;       // position splits per token
-  int positions_per_split;  // multiple of kChunk; splits past topk see only invalid entries
+  int positions_per_split;  // multiple of 8 * cta_chunk; splits past topk see only invalid entries
   float scale_log2;     // softmax_scale * log2(e)
   int ablate;           // 0 in production; tools/bench.py --decode_ablate leaves stages out (kAblate*)
 };
 
 // Stages the benchmark can leave out to see what they cost (results are wrong then).
-constexpr int kAblateExchange = 1;  // no score exchange: each CTA uses its own partial scores
+constexpr int kAblateExchange = 1;  // no cluster merge: each rank takes its own partial 8 times
 constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in shared memory
 constexpr int kAblateMerge = 4;     // no split merge: the last CTA only resets its counter
 
 // Shared memory one CTA needs for these parameters, in bytes.
-int shared_memory_bytes(int head_tiles, int positions_per_split);
+int shared_memory_bytes(int head_tiles, int cta_chunk, int positions_per_split);
 
 // Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream);
 
 // Clusters of this kernel configuration that the current device runs at once (one wave), into
 // `clusters`; the planner keeps its grid within it. Returns the CUDA error of the query.
-cudaError_t max_active_clusters(int head_tiles, int positions_per_split, int* clusters);
+cudaError_t max_active_clusters(int head_tiles, int cta_chunk, int positions_per_split, int* clusters);
 
 }  // namespace decode
 }  // namespace sparse_mla

@@ -28,10 +28,21 @@ void check_workspace(const char* name, const OptionalTensor& t, at::ScalarType d
                     " elements, got ", t->numel());
 }
 
+// A CTA's pipeline stage (16 or 32 positions) and a split's positions: 8 CTAs' whole stages.
+void check_split_shape(int64_t cta_chunk, int64_t positions_per_split) {
+  TORCH_CHECK_VALUE(cta_chunk == 16 || cta_chunk == 32, "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ",
+                    cta_chunk);
+  const int64_t granule = kClusterSize * cta_chunk;
+  TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % granule == 0 &&
+                        positions_per_split <= kMaxPositionsPerSplit,
+                    "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", granule,
+                    " (8 * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+}
+
 void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& kv_cache,
          const at::Tensor& topk_indices, const at::Tensor& req_id, const at::Tensor& token_kv_len,
-         const at::Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t num_splits,
-         int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
+         const at::Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t cta_chunk,
+         int64_t num_splits, int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
          const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters,
          int64_t ablate) {
   TORCH_CHECK_VALUE(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got device ",
@@ -63,14 +74,11 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
                     INT32_MAX / kBlockSize, " blocks, got ", num_blocks);
   TORCH_CHECK_VALUE(topk >= 1, "sparse_mla: argument 'topk_indices' expected at least one column, got shape ",
                     topk_indices.sizes());
-  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2 || head_tiles == 4,
-                    "sparse_mla: argument 'head_tiles' expected 1, 2 or 4, got ", head_tiles);
+  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2,
+                    "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
   TORCH_CHECK_VALUE(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",
                     kMaxSplits, ", got ", num_splits);
-  TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % kChunk == 0 &&
-                        positions_per_split <= kMaxPositionsPerSplit,
-                    "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", kChunk,
-                    " up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+  check_split_shape(cta_chunk, positions_per_split);
   TORCH_CHECK_VALUE(num_splits * positions_per_split >= topk, "sparse_mla: num_splits * positions_per_split = ",
                     num_splits * positions_per_split, " expected to cover topk = ", topk);
   const int64_t heads_per_cta = kHeadTileRows * head_tiles;
@@ -86,7 +94,8 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   const c10::cuda::CUDAGuard guard(device);
   int max_shared = 0;
   cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index());
-  const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(positions_per_split));
+  const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk),
+                                         static_cast<int>(positions_per_split));
   TORCH_CHECK_VALUE(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
                     " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
                     positions_per_split, "; this device allows ", max_shared);
@@ -113,6 +122,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.num_tokens = static_cast<int>(num_tokens);
   p.num_heads = static_cast<int>(num_heads);
   p.head_tiles = static_cast<int>(head_tiles);
+  p.cta_chunk = static_cast<int>(cta_chunk);
   p.head_groups = static_cast<int>(head_groups);
   p.num_splits = static_cast<int>(num_splits);
   p.positions_per_split = static_cast<int>(positions_per_split);
@@ -122,16 +132,13 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
 }
 
-int64_t max_active_clusters_op(int64_t head_tiles, int64_t positions_per_split) {
-  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2 || head_tiles == 4,
-                    "sparse_mla: argument 'head_tiles' expected 1, 2 or 4, got ", head_tiles);
-  TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % kChunk == 0 &&
-                        positions_per_split <= kMaxPositionsPerSplit,
-                    "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", kChunk,
-                    " up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t positions_per_split) {
+  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2,
+                    "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
+  check_split_shape(cta_chunk, positions_per_split);
   int clusters = 0;
-  const cudaError_t error =
-      max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(positions_per_split), &clusters);
+  const cudaError_t error = max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk),
+                                                static_cast<int>(positions_per_split), &clusters);
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(error));
   return clusters;
 }
@@ -143,11 +150,11 @@ int64_t max_active_clusters_op(int64_t head_tiles, int64_t positions_per_split) 
 TORCH_LIBRARY(sparse_mla_decode, m) {
   m.def(
       "fwd(Tensor q_nope, Tensor q_rope, Tensor kv_cache, Tensor topk_indices, Tensor req_id, "
-      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int num_splits, "
+      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int cta_chunk, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
       "Tensor(d!)? partial_lse, Tensor(e!)? counters, int ablate=0) -> ()");
   // No tensor argument: one kernel for every dispatch key, on the current CUDA device.
-  m.def("max_active_clusters(int head_tiles, int positions_per_split) -> int",
+  m.def("max_active_clusters(int head_tiles, int cta_chunk, int positions_per_split) -> int",
         &sparse_mla::decode::max_active_clusters_op);
 }
 

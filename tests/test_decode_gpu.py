@@ -53,14 +53,17 @@ def test_matches_reference(num_heads, num_tokens):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {launch}")
 
 
-@pytest.mark.parametrize("num_splits", [1, 3, 32, 64])
+@pytest.mark.parametrize("num_splits", [1, 3, 16])
 @pytest.mark.parametrize("num_heads", [16, 48])
-def test_any_split_count(num_splits, num_heads):
-    """Splits that do not divide top-k evenly, one split over all 2048 positions, the most splits."""
+@pytest.mark.parametrize("cta_chunk", decode.CTA_CHUNKS)
+def test_any_split_count(num_splits, num_heads, cta_chunk):
+    """Splits that do not divide top-k evenly, one split over all 2048 positions, the most splits
+    (16 of 128 positions with 16-position stages; 8 of 256 with 32), with either stage size."""
     case = testing.make_attention_case(3, num_heads, _device(), seed=num_splits, pattern="scattered", drop_fraction=0.3)
     planned = decode.plan(3, num_heads, _num_sms())
-    positions = -(-INDEX_TOPK // num_splits // decode.CHUNK) * decode.CHUNK
-    launch = decode.DecodePlan(3, num_heads, planned.head_tiles, planned.head_groups,
+    granule = decode.CLUSTER_SIZE * cta_chunk
+    positions = -(-INDEX_TOPK // num_splits // granule) * granule
+    launch = decode.DecodePlan(3, num_heads, planned.head_tiles, cta_chunk, planned.head_groups,
                                -(-INDEX_TOPK // positions), positions)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))

@@ -90,7 +90,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
 flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"], "Query tokens T of the grid.")
 flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
-flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 exchange, 2 gather, 4 merge; wrong results).")
+flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge, 2 gather, 4 split merge; wrong results).")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")

@@ -8,7 +8,7 @@
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [test] [bench] [host_time] [ablate] [decode] [memcheck] [-- extra bench flags]
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
-#   ablate: the decode kernel with each stage left out (exchange, gather, merge, all) at N 16/128, T 1/16.
+#   ablate: the decode kernel with each stage left out (cluster merge, gather, split merge, all) at N 16/128, T 1/16.
 #   decode: builds only our decode kernel's library (no FA3: seconds, not minutes), runs its GPU tests
 #   and times the decode and Triton paths at small T (extra bench flags apply).
 #   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer

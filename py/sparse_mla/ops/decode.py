@@ -2,9 +2,10 @@
 ``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call. The same library
 holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 
-One launch per call: clusters of 8 CTAs each gather 1/8 of every selected slot's columns, sum their
-partial scores through distributed shared memory, and (when a token's positions are split over
-several clusters) merge the splits in the last-arriving CTA. The kernel file's header says how.
+One launch per call: each CTA gathers whole slots of its slice of a token's top-k row and attends
+them on its own; the 8 CTAs of a cluster merge their slices through distributed shared memory, and
+(when a token's positions are split over several clusters) the last-arriving CTA merges the splits.
+The kernel file's header says how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
 this package in the runfiles); outside Bazel, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
@@ -30,21 +31,28 @@ LIBRARY_NAME = "libsparse_mla_decode.so"
 LIBRARY_ENV = "SPARSE_MLA_DECODE_LIBRARY"
 
 CLUSTER_SIZE = 8
-"""CTAs per cluster; each owns 64 of the 512 c_kv columns (``kClusterSize`` in cc/sparse_decode.h)."""
-
-CHUNK = 64
-"""Positions per pipeline stage; a split covers a multiple of it (``kChunk``)."""
+"""CTAs per cluster, i.e. slices of one split; rank r merges output columns [64 r, 64 r + 64)
+(``kClusterSize`` in cc/sparse_decode.h)."""
 
 HEAD_TILE_ROWS = 16
-"""Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or 4 tiles."""
+"""Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1 or 2 tiles."""
 
 MAX_SPLITS = 64
 """Most splits of one token's positions (``kMaxSplits``)."""
 
+CTA_CHUNKS = (16, 32)
+"""Positions per pipeline stage of one CTA the kernel is built for; a split covers a multiple of
+``CLUSTER_SIZE * cta_chunk`` positions."""
 
-WAVE_COST_IN_CHUNKS = 3
-"""A wave's fixed cost in units of one 64-position chunk: the kernel's index translation, first gather
-and epilogue take ~5 µs, a chunk ~1.7 µs (per-CTA clock stamps on the H200, N = 16, T = 1..16)."""
+LARGE_CHUNK_MAX_GROUPS = 4
+"""The plan takes 32-position stages while ``T * head_groups`` is at most this, else 16: measured on
+the H200 (results/2026-11-30-h200/decode_plan.md), 32 is faster for small grids (N = 16, T = 1:
+11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs 48.2), where its smaller
+ring lets two CTAs share an SM."""
+
+WAVE_COST_IN_POSITIONS = 192
+"""A wave's fixed cost in positions per CTA: the kernel's index translation, first gather and merges
+take ~5 µs of a wave, a CTA ~0.4 µs per 16 positions (per-CTA clock stamps on the H200)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +65,10 @@ class DecodePlan:
     num_tokens: int
     num_heads: int
     head_tiles: int  # heads per CTA = 16 * head_tiles
+    cta_chunk: int  # positions per pipeline stage of one CTA, in CTA_CHUNKS
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
-    positions_per_split: int  # multiple of CHUNK
+    positions_per_split: int  # multiple of CLUSTER_SIZE * cta_chunk
 
     @property
     def heads_per_cta(self) -> int:
@@ -95,28 +104,25 @@ def plan(
     num_sms: int,
     topk: int = INDEX_TOPK,
     ctas_per_sm: Optional[int] = None,
-    cluster_capacity: Optional[Callable[[int, int], int]] = None,
+    cluster_capacity: Optional[Callable[[int, int, int], int]] = None,
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
-    Heads per CTA: 16 for ``N <= 16``, 32 for ``N <= 32``, else 64 (``ceil(N / 64)`` head groups).
-    Clusters without splitting: ``T * head_groups``, each of 8 CTAs; splits
-    ``s = floor(num_sms * ctas_per_sm / (8 * T * head_groups))``, clamped to ``[1, min(64, topk / 64)]``,
-    then positions per split ``ceil(topk / s)`` rounded up to 64 (and ``s`` reduced to the splits
-    that still hold positions). ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2
-    above: measured on the H200 (results/2026-11-30-h200/decode_ctas_per_sm.csv), one CTA per SM is
-    faster at N = 16..128 for T = 1 (11.7 vs 13.2 µs at N = 16) and two from T = 4 on (19.4 vs 22.7 µs
-    at N = 16, T = 4; 47.5 vs 65.1 at T = 16), where fewer positions per CTA shorten its chunk loop
-    more than the larger merge costs. Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 16 splits
-    of 128 positions (128 CTAs), T = 8 → 4 splits, T = 16 → 2.
+    Heads per CTA: 16 for ``N <= 16``, else 32 (``ceil(N / 32)`` head groups). Stage of a CTA:
+    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16; a split covers a
+    multiple of ``8 * cta_chunk`` positions (one stage of each CTA of its cluster). Clusters without
+    splitting: ``T * head_groups``; splits ``s = floor(num_sms * ctas_per_sm / (8 * T * head_groups))``
+    clamped to ``[1, min(64, topk / (8 * cta_chunk))]``, then positions per split ``ceil(topk / s)``
+    rounded up to ``8 * cta_chunk`` (and ``s`` reduced to the splits that still hold positions).
+    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2 above (results/2026-11-30-h200/
+    decode_ctas_per_sm.csv). Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256
+    positions (64 CTAs of 32 positions), T = 16 → 1 split.
 
-    ``cluster_capacity(head_tiles, positions_per_split)``, when given, is the number of clusters the
-    device runs at once (:func:`max_active_clusters`). A cluster's 8 CTAs must share one GPC, so fewer
-    clusters fit than ``SMs / 8`` suggests (H200: 15 of 64 heads, not 16), and a grid one cluster too
-    large runs twice as long. The splits are then chosen, up to the count above, to minimize waves x
-    (:data:`WAVE_COST_IN_CHUNKS` + chunks per split), the fewest splits among equals: N = 128, T = 1 on
-    the H200 takes 7 splits of 320 positions (14 clusters, one wave) instead of 8 of 256 (16 clusters,
-    two waves): 25.3 instead of 41.3 µs (results/2026-11-30-h200/decode_plan.md).
+    ``cluster_capacity(head_tiles, cta_chunk, positions_per_split)``, when given, is the number of
+    clusters the device runs at once (:func:`max_active_clusters`). A cluster's 8 CTAs must share one
+    GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM`` suggests, and a grid one cluster too large
+    runs twice as long. The splits are then chosen, up to the count above, to minimize waves x
+    (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the fewest splits among equals.
 
     Raises
     ------
@@ -131,26 +137,30 @@ def plan(
     for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
-    head_tiles = 1 if num_heads <= 16 else 2 if num_heads <= 32 else 4
+    head_tiles = 1 if num_heads <= 16 else 2
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
-    if ctas_per_sm is None:
-        ctas_per_sm = 1 if num_tokens * head_groups <= 2 else 2
-    chunks = -(-topk // CHUNK)
     token_groups = max(num_tokens, 1) * head_groups
+    if ctas_per_sm is None:
+        ctas_per_sm = 1 if token_groups <= 2 else 2
+    cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS else CTA_CHUNKS[0]
+    granule = CLUSTER_SIZE * cta_chunk
+    chunks = -(-topk // granule)
     splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * token_groups)
     splits = max(1, min(splits, MAX_SPLITS, chunks))
     if cluster_capacity is not None:
 
-        def chunk_steps(s: int) -> int:  # waves x (fixed cost + chunks per split), in chunk times
-            capacity = max(1, cluster_capacity(head_tiles, -(-chunks // s) * CHUNK))
-            return -(-token_groups * s // capacity) * (WAVE_COST_IN_CHUNKS + -(-chunks // s))
+        def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA)
+            positions = -(-chunks // s) * granule
+            capacity = max(1, cluster_capacity(head_tiles, cta_chunk, positions))
+            return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // CLUSTER_SIZE)
 
-        splits = min(range(1, splits + 1), key=chunk_steps)  # the fewest splits among the shortest
-    positions_per_split = -(-chunks // splits) * CHUNK
+        splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
+    positions_per_split = -(-chunks // splits) * granule
     return DecodePlan(
         num_tokens=num_tokens,
         num_heads=num_heads,
         head_tiles=head_tiles,
+        cta_chunk=cta_chunk,
         head_groups=head_groups,
         num_splits=-(-topk // positions_per_split),
         positions_per_split=positions_per_split,
@@ -196,7 +206,7 @@ class DecodeWorkspace:
 
 
 @functools.lru_cache(maxsize=None)
-def max_active_clusters(head_tiles: int, positions_per_split: int, device_index: int) -> int:
+def max_active_clusters(head_tiles: int, cta_chunk: int, positions_per_split: int, device_index: int) -> int:
     """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
     (``cudaOccupancyMaxActiveClusters``; cached). Pass it to :func:`plan` as ``cluster_capacity``.
 
@@ -205,17 +215,18 @@ def max_active_clusters(head_tiles: int, positions_per_split: int, device_index:
     RuntimeError
         The op library is not available (the reason is in the message) or the query failed.
     ValueError
-        ``head_tiles`` not 1, 2 or 4, or ``positions_per_split`` not a multiple of 64 in (0, 8192].
+        ``head_tiles`` not 1 or 2, ``cta_chunk`` not 16 or 32, or ``positions_per_split`` not a
+        multiple of ``8 * cta_chunk`` in (0, 8192].
     """
     availability = is_available()
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
     with torch.cuda.device(device_index):
-        return torch.ops.sparse_mla_decode.max_active_clusters(head_tiles, positions_per_split)
+        return torch.ops.sparse_mla_decode.max_active_clusters(head_tiles, cta_chunk, positions_per_split)
 
 
-def cluster_capacity(device_index: int) -> Callable[[int, int], int]:
-    """:func:`plan`'s ``cluster_capacity`` on CUDA device ``device_index``: ``(head_tiles,
+def cluster_capacity(device_index: int) -> Callable[[int, int, int], int]:
+    """:func:`plan`'s ``cluster_capacity`` on CUDA device ``device_index``: ``(head_tiles, cta_chunk,
     positions_per_split) -> clusters per wave`` (:func:`max_active_clusters`)."""
     return functools.partial(max_active_clusters, device_index=device_index)
 
@@ -282,7 +293,7 @@ def sparse_mla_decode(
         `[T, N]` fp32 contiguous: natural-log LSE of the scaled scores, ``-inf`` without valid positions.
     _ablate : int
         Benchmark only (``tools/bench.py --decode_ablate``): a mask of stages left out
-        (1 score exchange, 2 cache gather, 4 split merge; ``kAblate*`` in cc/sparse_decode.h). The
+        (1 cluster merge, 2 cache gather, 4 split merge; ``kAblate*`` in cc/sparse_decode.h). The
         output is wrong with any of them.
 
     Returns
@@ -311,7 +322,7 @@ def sparse_mla_decode(
         raise ValueError(f"sparse_mla: argument 'workspace' is required for a plan of {launch.num_splits} splits, got None")
     torch.ops.sparse_mla_decode.fwd(
         q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
-        launch.head_tiles, launch.num_splits, launch.positions_per_split, out, lse,
+        launch.head_tiles, launch.cta_chunk, launch.num_splits, launch.positions_per_split, out, lse,
         split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
         _ablate,
     )
