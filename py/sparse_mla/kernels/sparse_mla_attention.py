@@ -79,7 +79,7 @@ from sparse_mla.constants import (
     QK_ROPE_HEAD_DIM,
 )
 from sparse_mla import device_info
-from sparse_mla.kernels.triton_support import dot_in_fp32, kernel_device_type
+from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, kernel_device_type, round_bf16_by_bits
 
 MAX_NUM_HEADS = 128
 """Most query heads per token served (DeepSeek-V3.2 has 128 before tensor parallelism)."""
@@ -168,6 +168,7 @@ def _sparse_mla_attention_kernel(
     MERGE_DV: tl.constexpr,
     HAS_LSE: tl.constexpr,
     DOT_FP32: tl.constexpr,
+    BF16_BY_BITS: tl.constexpr,  # interpreter only: round fp32 -> bf16 by bits (it truncates conversions)
     FP8_DS_MLA: tl.constexpr,  # kv_ptr is the uint8 fp8_ds_mla cache: dequantize gathered slots in registers
     SCALE_OFFSET: tl.constexpr,  # fp8_ds_mla slot layout: byte offset of the 4 fp32 scales (512)
     ROPE_OFFSET: tl.constexpr,  # byte offset of the 64 bf16 k_rope values (528)
@@ -245,7 +246,7 @@ def _sparse_mla_attention_kernel(
             row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
         if not ABLATE_QK:
             if FP8_DS_MLA:
-                c_kv = _dequantized_c_kv(kv_ptr, row, d_nope, valid, SCALE_OFFSET, GROUP_SIZE)  # [BLOCK_N, 512] bf16
+                c_kv = _dequantized_c_kv(kv_ptr, row, d_nope, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, 512]
                 rope_ptrs = (kv_ptr + row + ROPE_OFFSET).to(tl.pointer_type(tl.bfloat16))  # [BLOCK_N]
                 k_rope = tl.load(rope_ptrs[:, None] + d_rope[None, :], mask=valid[:, None], other=0.0)
             else:
@@ -254,7 +255,7 @@ def _sparse_mla_attention_kernel(
         if BLOCK_DV == LORA_RANK and not ABLATE_QK:
             v = c_kv  # the tile already holds every value column
         elif FP8_DS_MLA:
-            v = _dequantized_c_kv(kv_ptr, row, d_out, valid, SCALE_OFFSET, GROUP_SIZE)  # [BLOCK_N, BLOCK_DV] bf16
+            v = _dequantized_c_kv(kv_ptr, row, d_out, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, BLOCK_DV]
         else:
             v = tl.load(kv_ptr + row[:, None] + d_out[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, BLOCK_DV]
         if DOT_FP32:
@@ -273,7 +274,10 @@ def _sparse_mla_attention_kernel(
         alpha = tl.exp2(m_i - m_base)
         p = tl.exp2(s - m_base[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        p = p.to(q_nope_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
+        if BF16_BY_BITS:
+            p = bf16_rne(p)  # the interpreter truncates .to(bf16): round as the GPU does, kept in fp32
+        else:
+            p = p.to(q_nope_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
         if DOT_FP32:
             p = p.to(tl.float32)
         if ABLATE_PV:
@@ -337,16 +341,21 @@ def _sparse_mla_attention_kernel(
 
 
 @triton.jit
-def _dequantized_c_kv(kv_ptr, row, cols, valid, SCALE_OFFSET: tl.constexpr, GROUP_SIZE: tl.constexpr):
-    """`[BLOCK_N, len(cols)]` bf16 ``c_kv`` columns ``cols`` of the fp8_ds_mla slots at byte offsets ``row``:
-    ``float(fp8) * scale[col // 128]`` in fp32, rounded to bf16 (the dots' operand type); 0 where not ``valid``.
+def _dequantized_c_kv(kv_ptr, row, cols, valid, SCALE_OFFSET: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                      BF16_BY_BITS: tl.constexpr):
+    """`[BLOCK_N, len(cols)]` ``c_kv`` columns ``cols`` of the fp8_ds_mla slots at byte offsets ``row``:
+    ``float(fp8) * scale[col // 128]`` in fp32, rounded to bf16 (the dots' operand type; with ``BF16_BY_BITS``,
+    in the interpreter, rounded by :func:`bf16_rne` and kept in fp32); 0 where not ``valid``.
 
     The scale of each column is gathered from the slot's 4 fp32 scales (4 distinct addresses per row).
     """
     codes = tl.load(kv_ptr + row[:, None] + cols[None, :], mask=valid[:, None], other=0)  # uint8
     scale_ptrs = (kv_ptr + row + SCALE_OFFSET).to(tl.pointer_type(tl.float32))  # [BLOCK_N]
     scale = tl.load(scale_ptrs[:, None] + (cols // GROUP_SIZE)[None, :], mask=valid[:, None], other=0.0)
-    return (codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale).to(tl.bfloat16)
+    values = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale
+    if BF16_BY_BITS:
+        return bf16_rne(values)
+    return values.to(tl.bfloat16)
 
 
 @triton.jit
@@ -936,6 +945,7 @@ def launch(
         MERGE_DV=plan.merge_dv,
         HAS_LSE=lse is not None,
         DOT_FP32=dot_in_fp32(),
+        BF16_BY_BITS=round_bf16_by_bits(),
         FP8_DS_MLA=kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype,
         SCALE_OFFSET=FP8_DS_MLA_SCALE_OFFSET,
         ROPE_OFFSET=FP8_DS_MLA_ROPE_OFFSET,
