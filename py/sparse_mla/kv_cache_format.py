@@ -109,7 +109,8 @@ def check_kv_cache(
         read the fp32 scales at byte 512 of each slot).
     """
     fmt = fmt or format_of_cache(name, kv_cache)
-    check_tensor(name, kv_cache, shape=(None, *fmt.block_shape), dtype=fmt.dtype, device=device)
+    check_tensor(name, kv_cache, dtype=fmt.dtype, device=device)  # the dtype first: it names the format
+    check_tensor(name, kv_cache, shape=(None, *fmt.block_shape))
     if fmt is FP8_DS_MLA and kv_cache.data_ptr() % FP8_DS_MLA_SCALE_ALIGNMENT:
         raise ValueError(
             f"sparse_mla: argument '{name}' expected a data pointer aligned to {FP8_DS_MLA_SCALE_ALIGNMENT} bytes "
