@@ -186,9 +186,11 @@ def test_backend_description():
     assert SparseMLABackend.get_supported_head_sizes() == [KV_CACHE_HEAD_SIZE]
     assert SparseMLABackend.get_supported_kernel_block_sizes() == [KV_BLOCK_SIZE]
     assert SparseMLABackend.supported_dtypes == [torch.bfloat16]
-    assert SparseMLABackend.supported_kv_cache_dtypes == ["auto", "bfloat16"]
+    assert SparseMLABackend.supported_kv_cache_dtypes == ["auto", "bfloat16", "fp8_ds_mla"]
     assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576) == (100, 64, 576)
     assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576, cache_dtype_str="bfloat16") == (100, 64, 576)
+    # vLLM allocates the fp8_ds_mla cache as uint8: 656 bytes per slot, from the model's head size 576
+    assert SparseMLABackend.get_kv_cache_shape(100, 64, 1, 576, cache_dtype_str="fp8_ds_mla") == (100, 64, 656)
     assert SparseMLABackend.get_metadata_cls() is SparseMLAMetadata
     assert SparseMLABackend.get_builder_cls() is SparseMLAMetadataBuilder
     assert SparseMLABackend.get_impl_cls() is SparseMLAImpl
@@ -200,7 +202,9 @@ def test_backend_description():
         ((100, 16, 1, 576), "argument 'block_size' expected 64, got 16"),
         ((100, 64, 2, 576), "argument 'num_kv_heads' expected 1, got 2"),
         ((100, 64, 1, 512), "argument 'head_size' expected 576, got 512"),
-        ((100, 64, 1, 576, "fp8"), r"argument 'cache_dtype_str' expected one of \['auto', 'bfloat16'\], got 'fp8'"),
+        ((100, 64, 1, 576, "fp8"),
+         r"argument 'cache_dtype_str' expected one of \['auto', 'bfloat16', 'fp8_ds_mla'\], got 'fp8'"),
+        ((100, 64, 1, 656, "fp8_ds_mla"), "argument 'head_size' expected 576, got 656"),
     ],
 )
 def test_kv_cache_shape_rejects_other_layouts(args, message):
@@ -272,7 +276,7 @@ def test_validate_configuration_lists_every_reason():
     expected = [
         "head size 512 not supported (expected one of [576])",
         "dtype torch.float16 not supported (expected one of [torch.bfloat16])",
-        "KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16'])",
+        "KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16', 'fp8_ds_mla'])",
         "block size 16 not supported (expected one of [64])",
         "non-MLA attention not supported",
         "attention sinks not supported",
@@ -325,9 +329,9 @@ def test_impl_splits_one_query_tensor_by_views():
     assert q_rope.data_ptr() == q.data_ptr() + KV_LORA_RANK * q.element_size(), "q_rope expected a view of q"
 
 
-def _forward_args(num_heads=4, num_tokens=3, route=None):
+def _forward_args(num_heads=4, num_tokens=3, route=None, kv_cache_dtype="auto"):
     gen = testing.make_generator(CPU, seed=30)
-    builder = SparseMLAMetadataBuilder(8, CPU, num_heads, index_topk=INDEX_TOPK, route=route)
+    builder = SparseMLAMetadataBuilder(8, CPU, num_heads, index_topk=INDEX_TOPK, route=route, kv_cache_dtype=kv_cache_dtype)
     md = builder.build(0, testing.make_common_metadata([20, 30], [1, num_tokens - 1]))
     q_nope, q_rope = testing.make_queries(num_tokens, num_heads, CPU, gen)
     return dict(
@@ -377,6 +381,45 @@ def test_forward_rejects_bad_arguments(change, error, message):
         SparseMLAImpl(4).forward(**args)
 
 
+def _fp8_cache(args):
+    return testing.fp8_ds_mla_kv_cache(args["kv_cache"])
+
+
+@pytest.mark.parametrize(
+    "builder_dtype, route, change, error, message",
+    [
+        ("fp8_ds_mla", None, lambda a: None, TypeError, "argument 'kv_cache' expected dtype torch.uint8, got torch.bfloat16"),
+        ("fp8_ds_mla", None, lambda a: a.update(kv_cache=_fp8_cache(a)[..., :640]), ValueError,
+         r"argument 'kv_cache' expected shape \(\*, 64, 656\), got \(2, 64, 640\)"),
+        ("fp8_ds_mla", None, lambda a: a.update(kv_cache=testing.padded_kv_cache(_fp8_cache(a), 100)), ValueError,
+         "argument 'kv_cache' expected a block stride that is a multiple of 656 elements"),
+        ("fp8_ds_mla", None,
+         lambda a: a.update(kv_cache=torch.zeros(2 * 64 * 656 + 2, dtype=torch.uint8)[2:].view(2, 64, 656)),
+         ValueError, "argument 'kv_cache' expected a data pointer aligned to 4 bytes"),
+        # a step planned for the bf16 cache on a route that cannot read fp8_ds_mla
+        ("auto", "fa3", lambda a: a.update(kv_cache=_fp8_cache(a)), ValueError,
+         r"argument 'attn_metadata' expected a step whose route reads the fp8_ds_mla cache, got route 'fa3' "
+         r"\(it reads \['bfloat16'\]\); give the metadata builder kv_cache_dtype='fp8_ds_mla'"),
+    ],
+)
+def test_forward_rejects_a_cache_of_another_format(builder_dtype, route, change, error, message):
+    args = _forward_args(route=route, kv_cache_dtype=builder_dtype)
+    change(args)
+    with pytest.raises(error, match=message):
+        SparseMLAImpl(4, kv_cache_dtype="fp8_ds_mla").forward(**args)
+
+
+@pytest.mark.parametrize("route", ["decode", "fa3"])
+def test_builder_refuses_a_route_that_cannot_read_fp8(route):
+    message = (f"argument 'route' expected a route that reads the fp8_ds_mla cache (one of ('triton',)), "
+               f"got {route!r}")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SparseMLAMetadataBuilder(8, CPU, NUM_HEADS, route=route, kv_cache_dtype="fp8_ds_mla")
+    with pytest.raises(ValueError, match=re.escape("argument 'kv_cache_dtype' expected one of ['auto', 'bfloat16', "
+                                                   "'fp8_ds_mla'], got 'fp8'")):
+        SparseMLAMetadataBuilder(8, CPU, NUM_HEADS, kv_cache_dtype="fp8")
+
+
 # ------------------------------------------------------------------------------------------------ FA3 splits
 
 
@@ -408,26 +451,32 @@ def test_fa3_scheduler_metadata_size():
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "fp8_ds_mla"])
 @pytest.mark.parametrize("vllm_layout", [False, True], ids=["contiguous", "padded-cache-transposed-q"])
-def test_forward_on_the_triton_route_matches_reference(vllm_layout):
+def test_forward_on_the_triton_route_matches_reference(vllm_layout, kv_cache_dtype):
     """On the fused kernel's route, forward runs on the CPU in the interpreter; vLLM's layout (blocks
-    67 slots apart, NaN between them; head-major ``ql_nope``) is read in place."""
+    67 slots apart, NaN or 0xFF bytes between them; head-major ``ql_nope``) is read in place. The fp8_ds_mla
+    cache is the bf16 one quantized, against the reference on that fp8 cache."""
     gen = testing.make_generator(CPU, seed=31)
     num_blocks, num_heads = 16, 4
     seq_lens, query_lens = [90, 300], [1, 2]
     batch = testing.make_batch(seq_lens, query_lens, num_blocks, gen, topk=INDEX_TOPK, pattern="scattered",
                                drop_fraction=0.2)
     kv_cache = testing.make_kv_cache(num_blocks, CPU, gen)
+    if kv_cache_dtype == "fp8_ds_mla":
+        kv_cache = testing.fp8_ds_mla_kv_cache(kv_cache)
     common = testing.make_common_metadata(seq_lens, query_lens, batch.num_tokens + 1, num_padded_reqs=1)
     common.block_table_tensor = torch.cat([batch.block_table, batch.block_table[:1]])
-    md = SparseMLAMetadataBuilder(8, CPU, num_heads, route="triton").build(0, common)
+    md = SparseMLAMetadataBuilder(8, CPU, num_heads, kv_cache_dtype=kv_cache_dtype).build(0, common)
+    assert md.route.name == "triton"
     q_nope, q_rope = testing.make_queries(batch.num_tokens + 1, num_heads, CPU, gen)
     topk = torch.cat([batch.topk_indices, torch.randint(0, 50, (1, INDEX_TOPK), generator=gen, dtype=torch.int32)])
     output = torch.full((batch.num_tokens + 1, num_heads, KV_LORA_RANK), float("nan"), dtype=torch.bfloat16)
     q_in, kv_in = (q_nope, q_rope), kv_cache
     if vllm_layout:
-        q_in, kv_in = (testing.transposed_copy(q_nope), q_rope), testing.padded_kv_cache(kv_cache, 3 * KV_CACHE_HEAD_SIZE)
-    out, lse = SparseMLAImpl(num_heads).forward(q_in, kv_in, md, topk, output=output, return_lse=True)
+        q_in, kv_in = (testing.transposed_copy(q_nope), q_rope), testing.padded_kv_cache(kv_cache, 3 * kv_cache.shape[-1])
+    impl = SparseMLAImpl(num_heads, kv_cache_dtype=kv_cache_dtype)
+    out, lse = impl.forward(q_in, kv_in, md, topk, output=output, return_lse=True)
 
     slot_ids = global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table,
                                          num_blocks)
@@ -452,6 +501,15 @@ def test_forward_check_indices_names_the_bad_entry(route):
 
 
 # ------------------------------------------------------------------------------------------------ step plan
+
+
+def test_builder_routes_fp8_steps_to_a_route_that_reads_them():
+    """For the fp8_ds_mla cache every padded T takes a route that reads it (Triton, for now)."""
+    builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS, kv_cache_dtype="fp8_ds_mla")
+    for num_tokens in (1, 16, MAX_TOKENS):
+        md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
+        assert md.route.name == "triton" and "fp8_ds_mla" in md.route.cache_formats
+    assert list(builder.workspaces) == ["triton"]
 
 
 def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():

@@ -1,4 +1,8 @@
-"""KV-cache writer kernel against a PyTorch reference (Triton interpreter on CPU)."""
+"""KV-cache writer kernel against a PyTorch reference (Triton interpreter on CPU).
+
+bf16 cache: bit-identical to a plain row copy. fp8_ds_mla cache: byte-identical to the host implementation
+:func:`sparse_mla.fp8_ds_mla.quantize_slots` (whose own values are checked by test_fp8_ds_mla.py).
+"""
 
 import re
 
@@ -6,7 +10,8 @@ import pytest
 import torch
 
 from sparse_mla import testing
-from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.constants import FP8_DS_MLA_SLOT_BYTES, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.fp8_ds_mla import quantize_slots
 from sparse_mla.kernels.kv_cache_writer import write_kv
 from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
 
@@ -129,7 +134,12 @@ def _good_args():
         ("k_pe", lambda a: a[:2], ValueError, r"argument 'k_pe' expected shape \(3, 64\), got \(2, 64\)"),
         ("k_pe", lambda a: a.view(3, 2, 32), ValueError, r"argument 'k_pe' expected shape \(3, 1, 64\), got \(3, 2, 32\)"),
         ("kv_cache", lambda a: a.view(4, 32, 576), ValueError, r"argument 'kv_cache' expected shape \(\*, 64, 576\), got \(4, 32, 576\)"),
-        ("kv_cache", lambda a: a.float(), TypeError, "argument 'kv_cache' expected dtype torch.bfloat16, got torch.float32"),
+        ("kv_cache", lambda a: a.float(), TypeError,
+         "argument 'kv_cache' expected dtype torch.bfloat16 or torch.uint8, got torch.float32"),
+        ("kv_cache", lambda a: a.view(torch.uint8)[..., :640], ValueError,
+         r"argument 'kv_cache' expected shape \(\*, 64, 656\), got \(2, 64, 640\)"),
+        ("kv_cache", lambda a: torch.zeros(2, 64, 2 * 656, dtype=torch.uint8)[..., :656], ValueError,
+         r"argument 'kv_cache' expected strides \(\*, 656, 1\) \(contiguous slots\), got \(83968, 1312, 1\)"),
         ("slot_mapping", lambda a: a.int(), TypeError, "argument 'slot_mapping' expected dtype torch.int64, got torch.int32"),
         ("slot_mapping", lambda a: a[:1], ValueError, r"argument 'slot_mapping' expected shape \(3,?\), got \(1,\)"),
     ],
@@ -139,3 +149,125 @@ def test_bad_input_names_argument(name, bad, error, message):
     args[name] = bad(args[name])
     with pytest.raises(error, match=message):
         write_kv(**args)
+
+
+# --------------------------------------------------------------------------------------------------
+# fp8_ds_mla cache
+
+
+def _poisoned_fp8_cache(gen, num_blocks=NUM_BLOCKS, block_padding=0):
+    """A uint8 `[num_blocks, 64, 656]` cache of random bytes, its blocks ``64 * 656 + block_padding`` bytes apart."""
+    block_bytes = KV_BLOCK_SIZE * FP8_DS_MLA_SLOT_BYTES
+    storage = torch.randint(0, 256, (num_blocks, block_bytes + block_padding), generator=gen, dtype=torch.uint8,
+                            device=DEVICE)
+    return storage[:, :block_bytes].view(num_blocks, KV_BLOCK_SIZE, FP8_DS_MLA_SLOT_BYTES), storage
+
+
+def _reference_fp8_write(kv_cache, kv_c_normed, k_pe, slot_mapping):
+    """Expected cache: slots of valid tokens replaced by quantize_slots' bytes, everything else unchanged."""
+    expected = kv_cache.clone()
+    slots = quantize_slots(kv_c_normed, k_pe.reshape(k_pe.shape[0], -1))
+    flat = expected.view(-1, FP8_DS_MLA_SLOT_BYTES)
+    for token, slot in enumerate(slot_mapping.tolist()):
+        if 0 <= slot < flat.shape[0]:
+            flat[slot] = slots[token]
+    return expected
+
+
+def _assert_same_bytes(got, expected):
+    differ = (got != expected).nonzero()
+    assert len(differ) == 0, (
+        f"{len(differ)} cache bytes (block, row, byte) differ from the host implementation, first "
+        f"{differ[:5].tolist()}: got {got[tuple(differ[:5].T)].tolist()}, expected {expected[tuple(differ[:5].T)].tolist()}"
+    )
+
+
+def _e4m3_boundary_values():
+    """Every positive finite e4m3fn value, every midpoint between neighbours (a tie: rounds to the even code),
+    and the bf16 neighbours of each midpoint (just below / above a tie), as float32."""
+    codes = torch.arange(1, 127, dtype=torch.uint8)  # 2**-9 .. 448
+    values = torch.cat([torch.zeros(1), codes.view(torch.float8_e4m3fn).float()])
+    midpoints = (values[:-1] + values[1:]) / 2
+    mid_bf16 = midpoints.to(torch.bfloat16)
+    assert torch.equal(mid_bf16.float(), midpoints), "midpoints are exact in bf16"
+    below = (mid_bf16.view(torch.int16) - 1).view(torch.bfloat16).float()
+    above = (mid_bf16.view(torch.int16) + 1).view(torch.bfloat16).float()
+    return torch.cat([values[1:], midpoints, below, above])
+
+
+@pytest.mark.parametrize("k_pe_rank", [2, 3])
+def test_fp8_writes_slots_byte_exact(k_pe_rank):
+    """Random latents whose 128-groups differ wildly in magnitude within one slot, an all-zero group, a group
+    of only tiny values; padding and out-of-range slots leave the (random) cache untouched."""
+    gen = testing.make_generator(DEVICE, seed=20)
+    cache, _ = _poisoned_fp8_cache(gen)
+    num_tokens = 9
+    kv_c = torch.randn(num_tokens, 4, 128, generator=gen, device=DEVICE)
+    kv_c *= torch.tensor([1e-4, 1e-1, 1e2, 1e3], device=DEVICE)[:, None]  # one scale per group, 1e-4 ... 1e3
+    kv_c[1, 2] = 0.0  # an all-zero group: scale 0, zero bytes
+    kv_c[2, 0] = -0.0
+    kv_c[3, 1] *= 1e-30  # below FLT_MIN * 448: scale FLT_MIN
+    kv_c_normed = kv_c.reshape(num_tokens, KV_LORA_RANK).to(torch.bfloat16)
+    k_pe = torch.randn(num_tokens, QK_ROPE_HEAD_DIM, generator=gen, device=DEVICE).to(torch.bfloat16)
+    if k_pe_rank == 3:
+        k_pe = k_pe[:, None, :]
+    slot_mapping = torch.tensor([0, 63, -1, 64, NUM_SLOTS - 1, 130, NUM_SLOTS, -7, 200], dtype=torch.int64,
+                                device=DEVICE)
+    expected = _reference_fp8_write(cache, kv_c_normed, k_pe, slot_mapping)
+    write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    _assert_same_bytes(cache, expected)
+    zero_group = cache.view(-1, FP8_DS_MLA_SLOT_BYTES)[63]
+    assert (zero_group[256:384] == 0).all() and zero_group[520:524].view(torch.float32).item() == 0.0
+
+
+def test_fp8_rounding_at_e4m3_boundaries():
+    """Quotients on every e4m3 value, every tie and both sides of each tie, at power-of-2 scales (each group's
+    amax is 448 * 2**k, so x / scale is exact), and a quotient that exceeds 448 by rounding (saturates)."""
+    gen = testing.make_generator(DEVICE, seed=21)
+    values = _e4m3_boundary_values()
+    values = torch.cat([values, -values])
+    per_group = 127  # plus the group's amax
+    num_groups = -(-len(values) // per_group)
+    values = torch.cat([values, torch.ones(num_groups * per_group - len(values))]).reshape(num_groups, per_group)
+    powers = torch.tensor([2.0 ** (k % 11 - 5) for k in range(num_groups)])[:, None]
+    groups = torch.cat([torch.full((num_groups, 1), 448.0), values], dim=1) * powers
+    num_tokens = -(-num_groups // 4) + 1
+    kv_c = torch.ones(num_tokens * 4, 128)
+    kv_c[:num_groups] = groups[:, torch.randperm(128, generator=gen)]
+    kv_c[-4:] = 0.5
+    kv_c[-4, 7] = 1.0234375  # scale 1.0234375 / 448: 1.0234375 / scale = 448.00003 in fp32
+    kv_c_normed = kv_c.reshape(num_tokens, KV_LORA_RANK).to(torch.bfloat16)
+    assert torch.equal(kv_c_normed.float(), kv_c.reshape(num_tokens, KV_LORA_RANK)), "inputs are exact in bf16"
+    k_pe = torch.randn(num_tokens, QK_ROPE_HEAD_DIM, generator=gen).to(torch.bfloat16)
+    cache, _ = _poisoned_fp8_cache(gen)
+    slot_mapping = torch.randperm(NUM_SLOTS, generator=gen)[:num_tokens].to(DEVICE)
+    expected = _reference_fp8_write(cache, kv_c_normed, k_pe, slot_mapping)
+    write_kv(kv_c_normed.to(DEVICE), k_pe.to(DEVICE), cache, slot_mapping)
+    _assert_same_bytes(cache, expected)
+
+
+def test_fp8_padded_block_stride_and_strided_inputs():
+    gen = testing.make_generator(DEVICE, seed=22)
+    cache, storage = _poisoned_fp8_cache(gen, block_padding=7 * FP8_DS_MLA_SLOT_BYTES)  # vLLM-style padding
+    before = storage.clone()
+    projection = torch.randn(5, KV_CACHE_HEAD_SIZE + 8, generator=gen, device=DEVICE).to(torch.bfloat16)
+    kv_c_normed, k_pe = projection[:, :KV_LORA_RANK], projection[:, KV_LORA_RANK:KV_CACHE_HEAD_SIZE]
+    slot_mapping = torch.tensor([5, 300, -1, 70, 64], dtype=torch.int64, device=DEVICE)
+    expected = _reference_fp8_write(cache, kv_c_normed, k_pe, slot_mapping)
+    write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    _assert_same_bytes(cache, expected)
+    gap = KV_BLOCK_SIZE * FP8_DS_MLA_SLOT_BYTES
+    assert torch.equal(storage[:, gap:], before[:, gap:]), "wrote into the padding between blocks"
+
+
+def test_fp8_check_mode_and_zero_tokens():
+    gen = testing.make_generator(DEVICE, seed=23)
+    cache, _ = _poisoned_fp8_cache(gen)
+    before = cache.clone()
+    kv_c_normed, k_pe = _new_tokens(gen, 2)
+    with pytest.raises(ValueError, match=re.escape(f"token 1: slot_mapping expected -1 or in [0, num_blocks * 64 = "
+                                                   f"{NUM_SLOTS}), got {NUM_SLOTS}")):
+        write_kv(kv_c_normed, k_pe, cache, torch.tensor([3, NUM_SLOTS], device=DEVICE), check=True)
+    empty_c, empty_pe = _new_tokens(gen, 0)
+    write_kv(empty_c, empty_pe, cache, torch.empty(0, dtype=torch.int64, device=DEVICE))
+    _assert_same_bytes(cache, before)

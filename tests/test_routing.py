@@ -84,3 +84,17 @@ def test_table_from_timings_takes_the_fastest_route():
     assert route == {16: ["triton", "fa3"], 64: ["triton", "fa3"]}
     assert list(ROUTES).index("fa3") < list(ROUTES).index("triton")
 
+
+
+def test_fp8_ds_mla_steps_take_a_route_that_reads_the_format():
+    """FA3 and (for now) the decode kernel read the bf16 cache only: fp8_ds_mla steps fall back to Triton,
+    on any machine, for every step size."""
+    assert ROUTES["triton"].cache_formats == {"bfloat16", "fp8_ds_mla"}
+    assert ROUTES["fa3"].cache_formats == {"bfloat16"} and ROUTES["decode"].cache_formats == {"bfloat16"}
+    for device_type in ("cuda", "cpu"):
+        for name in ROUTES:
+            assert routing.runnable(name, device_type, "fp8_ds_mla") == "triton"
+            assert not routing.serves(name, device_type, "fp8_ds_mla") or name == "triton"
+        for num_heads, num_tokens in ((16, 1), (64, 8), (128, 1024)):
+            assert routing.choose_route(num_heads, num_tokens, device_type, "fp8_ds_mla") == "triton"
+        assert routing.routes_up_to(128, 8192, device_type, "fp8_ds_mla") == ["triton"]

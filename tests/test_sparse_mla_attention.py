@@ -10,7 +10,9 @@ and counter reset, not its ordering between concurrent CTAs: the GPU tests cover
 
 Accuracy: ``rel = ||out - ref|| / ||ref|| < 1e-2`` for the bf16 output against the fp32 reference;
 the natural-log LSE within ``1e-2 * max(1, |ref|)`` where finite and ``-inf`` exactly where the
-reference has no valid position.
+reference has no valid position. The fp8_ds_mla cache (the bf16 case's cache quantized by the host
+implementation) is held to the same bounds against the reference on that fp8 cache (which dequantizes it):
+the kernel's own error, not the quantization's.
 """
 
 import dataclasses
@@ -51,7 +53,7 @@ SPLIT_8_ONE_WARP = LaunchConfig(block_h=16, block_n=16, block_dv=512, num_splits
 class Case:
     q_nope: torch.Tensor  # [T, N, 512] bf16 (view of a [T, N, 576] tensor)
     q_rope: torch.Tensor  # [T, N, 64] bf16
-    kv_cache: torch.Tensor  # [NUM_BLOCKS, 64, 576] bf16
+    kv_cache: torch.Tensor  # [NUM_BLOCKS, 64, 576] bf16, or [NUM_BLOCKS, 64, 656] uint8 fp8_ds_mla
     topk_indices: torch.Tensor  # [T, TOPK] int32
     req_id: torch.Tensor  # [T] int32
     token_kv_len: torch.Tensor  # [T] int32
@@ -76,10 +78,15 @@ class Case:
         return reference.sparse_mla_reference(self.q_nope, self.q_rope, self.kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
 
 
-def make_case(seq_lens, query_lens, num_heads, seed, pattern="end", drop_fraction=0.0) -> Case:
+CACHE_FORMATS = ("bfloat16", "fp8_ds_mla")
+
+
+def make_case(seq_lens, query_lens, num_heads, seed, pattern="end", drop_fraction=0.0, cache_format="bfloat16") -> Case:
     gen = testing.make_generator(CPU, seed)
     batch = testing.make_batch(seq_lens, query_lens, NUM_BLOCKS, gen, topk=TOPK, pattern=pattern, drop_fraction=drop_fraction)
     kv_cache = testing.make_kv_cache(NUM_BLOCKS, CPU, gen)
+    if cache_format == "fp8_ds_mla":
+        kv_cache = testing.fp8_ds_mla_kv_cache(kv_cache)
     q_nope, q_rope = testing.make_queries(batch.num_tokens, num_heads, CPU, gen)
     return Case(q_nope, q_rope, kv_cache, batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table)
 
@@ -117,24 +124,58 @@ def test_matches_reference(seq_lens, query_lens, num_heads, pattern, drop, confi
     assert_close(out, lse, *case.reference())
 
 
-@pytest.mark.parametrize("block_padding", [7 * 576, 100], ids=["whole-slots", "unaligned"])
+# H200 defaults of the two small-T regimes at N = 128 (h64, column split or full columns), shrunk to TOPK.
+H64_SPLIT_2_COLUMNS_8 = LaunchConfig(block_h=64, block_n=16, block_dv=64, num_splits=2, num_warps=4, num_stages=1)
+
+
+@pytest.mark.parametrize(
+    "seq_lens, query_lens, num_heads, pattern, drop, config",
+    [
+        ([300], [1], 1, "scattered", 0.3, UNSPLIT),
+        ([200, 500, 90], [1, 1, 1], 16, "scattered", 0.3, SPLIT_4),
+        ([180], [1], 16, "scattered", 0.5, SPLIT_8_COLUMNS_8),
+        ([260], [1], 128, "end", 0.2, H64_SPLIT_2_COLUMNS_8),
+        ([400, 150], [2, 1], 16, "start", 0.2, None),
+    ],
+    ids=["T1-N1-unsplit", "T3-N16-split4-dv256", "T1-N16-split8-dv64", "T1-N128-h64-split2-dv64", "T3-N16-default"],
+)
+def test_fp8_ds_mla_matches_reference(seq_lens, query_lens, num_heads, pattern, drop, config, capsys):
+    """The fp8_ds_mla cache read and dequantized in registers, against the reference on the same cache."""
+    case = make_case(seq_lens, query_lens, num_heads, seed=len(seq_lens) * 100 + num_heads + 1, pattern=pattern,
+                     drop_fraction=drop, cache_format="fp8_ds_mla")
+    assert case.kv_cache.dtype == torch.uint8
+    out, lse = case.run(config)
+    ref_out, ref_lse = case.reference()
+    with capsys.disabled():
+        print(f"\nfp8_ds_mla N={num_heads} T={case.q_nope.shape[0]}: rel err {testing.relative_error(out, ref_out):.2e}")
+    assert_close(out, lse, ref_out, ref_lse)
+
+
+@pytest.mark.parametrize(
+    "cache_format, block_padding",
+    [("bfloat16", 7 * 576), ("bfloat16", 100), ("fp8_ds_mla", 7 * 656)],
+    ids=["whole-slots", "unaligned", "fp8-whole-slots"],
+)
 @pytest.mark.parametrize("config", [UNSPLIT, SPLIT_4], ids=["unsplit", "split4"])
-def test_padded_cache_and_transposed_queries_match_reference(block_padding, config):
-    """vLLM's tensors as they come: blocks further apart than 64 * 576 elements (NaN in the gaps) and a
+def test_padded_cache_and_transposed_queries_match_reference(cache_format, block_padding, config):
+    """vLLM's tensors as they come: blocks further apart than 64 slots (NaN, or 0xFF bytes, in the gaps) and a
     head-major ``q_nope`` view; the kernel reads them in place and matches the contiguous reference."""
-    case = make_case([260, 90], [2, 1], num_heads=5, seed=17, pattern="scattered", drop_fraction=0.2)
+    case = make_case([260, 90], [2, 1], num_heads=5, seed=17, pattern="scattered", drop_fraction=0.2,
+                     cache_format=cache_format)
     ref_out, ref_lse = case.reference()
     strided = dataclasses.replace(case, q_nope=testing.transposed_copy(case.q_nope),
                                   kv_cache=testing.padded_kv_cache(case.kv_cache, block_padding))
-    assert strided.q_nope.stride(1) != 512 and strided.kv_cache.stride(0) == 64 * 576 + block_padding
+    slot_width = case.kv_cache.shape[-1]
+    assert strided.q_nope.stride(1) != 512 and strided.kv_cache.stride(0) == 64 * slot_width + block_padding
     out, lse = strided.run(config)
     assert_close(out, lse, ref_out, ref_lse)
 
 
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
 @pytest.mark.parametrize("config", [UNSPLIT, SPLIT_4], ids=["unsplit", "split4"])
-def test_invalid_entries_are_skipped(config):
+def test_invalid_entries_are_skipped(config, cache_format):
     """-1 anywhere, positions past the length or the block table, bad block ids, a bad request row."""
-    case = make_case([250, 300], [2, 2], num_heads=5, seed=7, pattern="scattered")
+    case = make_case([250, 300], [2, 2], num_heads=5, seed=7, pattern="scattered", cache_format=cache_format)
     topk = case.topk_indices
     max_pos = case.block_table.shape[1] * KV_BLOCK_SIZE
     topk[0] = -1  # no valid position at all
@@ -218,6 +259,12 @@ def _args(case: Case):
          "argument 'q_nope' expected unit stride in the last dim"),
         (lambda a: a.update(kv_cache=a["kv_cache"].transpose(1, 2).contiguous().transpose(1, 2)), ValueError,
          "argument 'kv_cache' expected unit stride in the last dim"),
+        (lambda a: a.update(kv_cache=a["kv_cache"].float()), TypeError,
+         "argument 'kv_cache' expected dtype torch.bfloat16 or torch.uint8, got torch.float32"),
+        (lambda a: a.update(kv_cache=testing.fp8_ds_mla_kv_cache(a["kv_cache"])[..., :640]), ValueError,
+         r"argument 'kv_cache' expected shape \(\*, 64, 656\)"),
+        (lambda a: a.update(kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(a["kv_cache"]), 100)),
+         ValueError, "argument 'kv_cache' expected a block stride that is a multiple of 656"),
         (lambda a: a.update(config=dataclasses.replace(UNSPLIT, block_h=8)), ValueError, "block_h"),
         (lambda a: a.update(num_splits=0), ValueError, "num_splits"),
     ],

@@ -118,7 +118,7 @@ def test_slot_rows_view_needs_whole_slot_block_stride():
     rows, block_stride_rows = slot_rows_view(kv_cache)
     assert block_stride_rows == KV_BLOCK_SIZE and torch.equal(rows, kv_cache.view(-1, KV_CACHE_HEAD_SIZE))
     with pytest.raises(ValueError, match=r"argument 'kv_cache' expected a block stride that is a multiple of 576 "
-                                         r"elements \(one slot, for FA3's page-size-1 view of the cache\) and >= "
+                                         r"elements \(one slot, for page-size-1 views of the cache\) and >= "
                                          r"36864, got stride\(0\) = 36964 \(36964 % 576 = 100\)"):
         slot_rows_view(testing.padded_kv_cache(kv_cache, 100))
     with pytest.raises(ValueError, match=r"argument 'kv_cache' expected strides \(\*, 576, 1\) \(contiguous slots\), "

@@ -1,4 +1,5 @@
-"""The interpreter's bf16 ``tl.dot`` workaround gives the right product wherever the kernel runs."""
+"""The interpreter workarounds (bf16 ``tl.dot`` in fp32, fp32 -> bf16 rounding by bits) give the right
+values wherever the kernel runs."""
 
 import pytest
 import torch
@@ -6,7 +7,7 @@ import triton
 import triton.language as tl
 
 from sparse_mla import testing
-from sparse_mla.kernels.triton_support import dot_in_fp32, interpreting, kernel_device_type
+from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, interpreting, kernel_device_type
 
 pytestmark = pytest.mark.skipif(
     not interpreting() and not torch.cuda.is_available(),
@@ -43,3 +44,19 @@ def test_bf16_dot_with_the_flag_is_right():
     ref = a.float() @ b.float()
     rel = testing.relative_error(c, ref)
     assert rel < MAX_REL_ERR, f"bf16 tl.dot relative error {rel:.2e} expected < {MAX_REL_ERR}"
+
+
+@triton.jit
+def _round_kernel(x_ptr, out_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(out_ptr + offsets, bf16_rne(tl.load(x_ptr + offsets)))
+
+
+def test_bf16_rne_rounds_like_torch():
+    """fp32 -> bf16 to nearest-even (ties included) over 60 decades, as torch's conversion and the GPU's."""
+    device = torch.device(kernel_device_type())
+    x = torch.randn(1 << 14, generator=torch.Generator().manual_seed(0)) * torch.logspace(-30, 30, 1 << 14)
+    x[:4] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 0.0])  # ties to even: down, up, down
+    out = torch.empty_like(x, device=device)
+    _round_kernel[(1,)](x.to(device), out, N=1 << 14)
+    assert torch.equal(out.cpu(), x.to(torch.bfloat16).float())

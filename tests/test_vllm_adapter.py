@@ -26,16 +26,20 @@ NUM_HEADS = 16  # DeepSeek-V3.2's 128 heads at tensor parallelism 8
 
 
 @pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "fp8_ds_mla"])
 @pytest.mark.parametrize(
     "seq_lens, query_lens, num_tokens",
     [([300, 2100], [1, 1], 3), ([700, 90], [3, 3], None)],
     ids=["decode-padded", "speculative"],
 )
-def test_forward_mqa_matches_reference(seq_lens, query_lens, num_tokens):
+def test_forward_mqa_matches_reference(seq_lens, query_lens, num_tokens, kv_cache_dtype):
     gen = testing.make_generator(CPU, seed=sum(seq_lens))
-    engine = steps.make_engine(NUM_HEADS, NUM_BLOCKS * 4, max_num_batched_tokens=16, device=CPU)
+    engine = steps.make_engine(NUM_HEADS, NUM_BLOCKS * 4, max_num_batched_tokens=16, device=CPU,
+                               kv_cache_dtype=kv_cache_dtype)
     step = steps.make_step(engine, seq_lens, query_lens, num_tokens, gen, NUM_HEADS)
-    assert engine.kv_cache.stride(0) == KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE + steps.BLOCK_PADDING
+    slot_width = engine.kv_cache.shape[-1]
+    assert slot_width == {"bfloat16": KV_CACHE_HEAD_SIZE, "fp8_ds_mla": 656}[kv_cache_dtype]
+    assert engine.kv_cache.stride(0) == (KV_BLOCK_SIZE + steps.BLOCK_PADDING_SLOTS) * slot_width
     assert step.ql_nope.stride()[:2] == (512, step.ql_nope.shape[0] * 512), "ql_nope expected head-major storage"
     out = steps.forward(engine, step)
     ref = steps.reference_out(engine, step)
@@ -66,7 +70,7 @@ def test_backend_answers_vllm():
         assert (reasons == []) == served, f"block size {block_size}: reasons {reasons}"
     config.update(block_size=64, use_dcp=True, kv_cache_dtype="fp8")
     reasons = SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **config)
-    assert reasons == ["KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16'])",
+    assert reasons == ["KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16', 'fp8_ds_mla'])",
                        "use_dcp not supported"], reasons
 
 

@@ -45,8 +45,8 @@ from sparse_mla.constants import (  # noqa: E402
 )
 
 LAYER = "model.layers.0.self_attn.attn"
-BLOCK_PADDING = 5 * KV_CACHE_HEAD_SIZE
-"""Extra elements between a layer's blocks, as when other layers' pages share vLLM's blocks."""
+BLOCK_PADDING_SLOTS = 5
+"""Extra slots between a layer's blocks, as when other layers' pages share vLLM's blocks."""
 
 SELECTOR_CONFIG = dict(
     head_size=KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, kv_cache_dtype="bfloat16", block_size=KV_BLOCK_SIZE,
@@ -81,34 +81,42 @@ class Engine:
     builder: object
     impl: object
     indexer: types.SimpleNamespace  # .topk_indices_buffer [max_tokens, 2048] int32
-    kv_cache: torch.Tensor  # [num_blocks, 64, 576] bf16, blocks BLOCK_PADDING elements apart
+    kv_cache: torch.Tensor  # [num_blocks, 64, 576] bf16 (or 656 uint8), blocks 5 slots further apart than 64
 
 
 def make_engine(num_heads: int, num_blocks: int, max_num_batched_tokens: int, device: torch.device,
-                capability=DeviceCapability(9, 0), route: Optional[str] = None) -> Engine:
-    """Register, select, and construct the backend the way vLLM does; the cache poisoned with NaN.
-    ``route``: the adapter's override through ``additional_config`` (None: the routing table's)."""
+                capability=DeviceCapability(9, 0), route: Optional[str] = None,
+                kv_cache_dtype: str = "bfloat16") -> Engine:
+    """Register, select, and construct the backend the way vLLM does; the cache poisoned with NaN (bytes
+    0xFF for ``kv_cache_dtype="fp8_ds_mla"``: NaN fp8 codes and scales). ``route``: the adapter's override
+    through ``additional_config`` (None: the routing table's)."""
     sparse_mla_vllm.register()
     sparse_mla_vllm.register()  # vLLM may load plugins twice
     backend = AttentionBackendEnum[sparse_mla_vllm.BACKEND_NAME].get_class()
-    reasons = backend.validate_configuration(device_capability=capability, **SELECTOR_CONFIG)
+    reasons = backend.validate_configuration(device_capability=capability,
+                                             **dict(SELECTOR_CONFIG, kv_cache_dtype=kv_cache_dtype))
     assert reasons == [], f"the selector expected no reasons, got {reasons}"
-    spec = backend.customize_spec(MLAAttentionSpec(KV_BLOCK_SIZE, 1, KV_CACHE_HEAD_SIZE, torch.bfloat16))
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    cache_dtype = torch.uint8 if fp8 else torch.bfloat16  # vLLM allocates fp8_ds_mla as uint8
+    spec = backend.customize_spec(MLAAttentionSpec(KV_BLOCK_SIZE, 1, KV_CACHE_HEAD_SIZE, cache_dtype,
+                                                   cache_dtype_str=kv_cache_dtype))
     builder = backend.get_builder_cls()(spec, [LAYER], vllm_config(max_num_batched_tokens, num_heads, route), device)
     assert builder.get_cudagraph_support(None, spec) == AttentionCGSupport.UNIFORM_BATCH
     buffer = torch.full((max_num_batched_tokens, INDEX_TOPK), -1, dtype=torch.int32, device=device)
     indexer = types.SimpleNamespace(topk_indices_buffer=buffer)
     impl = backend.get_impl_cls()(  # MLAAttention.__init__'s keyword set, plus its sparse extras
         num_heads=num_heads, head_size=KV_CACHE_HEAD_SIZE, scale=DEEPSEEK_V32_SOFTMAX_SCALE, num_kv_heads=1,
-        alibi_slopes=None, sliding_window=None, kv_cache_dtype="bfloat16", logits_soft_cap=None,
+        alibi_slopes=None, sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None,
         attn_type=AttentionType.DECODER, kv_sharing_target_layer_name=None, q_lora_rank=1536,
         kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=QK_NOPE_HEAD_DIM, qk_rope_head_dim=QK_ROPE_HEAD_DIM,
         qk_head_dim=QK_NOPE_HEAD_DIM + QK_ROPE_HEAD_DIM, v_head_dim=128, kv_b_proj=None, indexer=indexer,
         topk_indices_buffer=buffer, index_group_builder=object(),
     )
-    block_elems = spec.block_stride_alignment // torch.bfloat16.itemsize * KV_BLOCK_SIZE + BLOCK_PADDING
-    storage = torch.full((num_blocks, block_elems), float("nan"), dtype=torch.bfloat16, device=device)
-    kv_cache = storage[:, : KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE].view(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
+    slot_width = spec.block_stride_alignment // cache_dtype.itemsize  # one slot, in the cache's elements
+    padding = BLOCK_PADDING_SLOTS * slot_width
+    storage = torch.full((num_blocks, slot_width * KV_BLOCK_SIZE + padding), 0xFF if fp8 else float("nan"),
+                         dtype=cache_dtype, device=device)
+    kv_cache = storage[:, : KV_BLOCK_SIZE * slot_width].view(num_blocks, KV_BLOCK_SIZE, slot_width)
     return Engine(backend, builder, impl, indexer, kv_cache)
 
 
@@ -135,7 +143,7 @@ def make_step(engine: Engine, seq_lens: List[int], query_lens: List[int], num_to
     slots = torch.arange(num_blocks * KV_BLOCK_SIZE, device=device)
     engine.impl.do_kv_cache_update(contiguous[..., :KV_LORA_RANK].reshape(-1, KV_LORA_RANK),
                                    contiguous[..., KV_LORA_RANK:].reshape(-1, 1, QK_ROPE_HEAD_DIM),
-                                   engine.kv_cache, slots, "bfloat16", torch.ones(()))
+                                   engine.kv_cache, slots, engine.impl.kv_cache_dtype, torch.ones(()))
     engine.indexer.topk_indices_buffer.random_(0, 64, generator=generator)  # stale rows of an earlier step
     engine.indexer.topk_indices_buffer[: batch.num_tokens] = batch.topk_indices
     slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)

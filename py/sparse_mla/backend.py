@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from sparse_mla import routing
+from sparse_mla import kv_cache_format, routing
 from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor, check_unit_last_stride
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
@@ -61,12 +61,14 @@ class SparseMLABackend:
     Triton kernel's launch configurations (Hopper, and the 227 KiB parts after it); FA3 joins on 9.x.
 
     KV cache `[num_blocks, 64, 576]` bf16, each slot ``[c_kv (512) | k_rope (64)]``, one latent head shared
-    by all query heads.
+    by all query heads; or, with ``kv_cache_dtype="fp8_ds_mla"``, the uint8 cache `[num_blocks, 64, 656]`
+    (:mod:`sparse_mla.fp8_ds_mla`), read by the Triton route only for now.
     """
 
     accept_output_buffer = True
     supported_dtypes: List[torch.dtype] = [torch.bfloat16]
-    supported_kv_cache_dtypes: List[str] = ["auto", "bfloat16"]  # "auto" = the activation dtype, bf16
+    # "auto" = the activation dtype, bf16; "fp8_ds_mla" = the 656-byte fp8 cache (sparse_mla.kv_cache_format)
+    supported_kv_cache_dtypes: List[str] = list(kv_cache_format.KV_CACHE_DTYPES)
 
     @staticmethod
     def get_name() -> str:
@@ -129,13 +131,18 @@ class SparseMLABackend:
     def get_kv_cache_shape(
         num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, cache_dtype_str: str = "auto"
     ) -> Tuple[int, int, int]:
-        """`(num_blocks, 64, 576)`: the latent cache has no head dimension.
+        """`(num_blocks, 64, 576)`, or `(num_blocks, 64, 656)` for ``cache_dtype_str="fp8_ds_mla"`` (a uint8
+        tensor: 656 bytes per slot): the latent cache has no head dimension.
+
+        ``head_size`` is the model's 576 for every format, as vLLM 0.33.0 passes it (its
+        ``FlashMLASparseBackend.get_kv_cache_shape`` returns `(num_blocks, block_size, 656)` for fp8_ds_mla from
+        the same arguments; ``MLAAttentionSpec`` counts 656 bytes per slot for it).
 
         Raises
         ------
         ValueError
-            ``block_size`` is not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or the dtype neither
-            ``"auto"`` nor ``"bfloat16"``.
+            ``block_size`` is not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or ``cache_dtype_str``
+            not one of :attr:`supported_kv_cache_dtypes`.
         """
         expected = {
             "block_size": (block_size, KV_BLOCK_SIZE),
@@ -145,12 +152,8 @@ class SparseMLABackend:
         for name, (got, want) in expected.items():
             if got != want:
                 raise ValueError(f"sparse_mla: argument '{name}' expected {want!r}, got {got!r}")
-        if cache_dtype_str not in SparseMLABackend.supported_kv_cache_dtypes:
-            raise ValueError(
-                f"sparse_mla: argument 'cache_dtype_str' expected one of "
-                f"{SparseMLABackend.supported_kv_cache_dtypes}, got {cache_dtype_str!r}"
-            )
-        return (num_blocks, block_size, head_size)
+        fmt = kv_cache_format.format_of_kv_cache_dtype(cache_dtype_str, "cache_dtype_str")
+        return (num_blocks, *fmt.block_shape)
 
     @staticmethod
     def get_metadata_cls() -> type:
@@ -187,7 +190,7 @@ class SparseMLABackend:
         dtype : torch.dtype
             Activation dtype.
         kv_cache_dtype : str or None
-            ``"auto"`` (= the activation dtype) or ``"bfloat16"``; ``None`` means ``"auto"``.
+            ``"auto"`` (= the activation dtype), ``"bfloat16"`` or ``"fp8_ds_mla"``; ``None`` means ``"auto"``.
         block_size : int
             Slots per cache block.
         use_mla, has_sink, use_sparse : bool
@@ -320,11 +323,15 @@ class SparseMLAMetadataBuilder:
     route : str, optional
         A name of :data:`sparse_mla.routes.ROUTES` that serves every step, overriding the routing
         table (tests, the benchmark); ``None``: :func:`sparse_mla.routing.choose_route` per ``T``.
+    kv_cache_dtype : str, optional
+        The cache format the layers read, as :class:`SparseMLAImpl` takes it (``"auto"``, ``"bfloat16"`` or
+        ``"fp8_ds_mla"``; ``None`` = ``"auto"``): only routes that read it are chosen (``Route.cache_formats``).
 
     Raises
     ------
     ValueError
-        ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128] or an unknown ``route``.
+        ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], an unknown ``route`` or
+        ``kv_cache_dtype``, or a ``route`` that cannot read the ``kv_cache_dtype`` cache.
     """
 
     def __init__(
@@ -335,6 +342,7 @@ class SparseMLAMetadataBuilder:
         index_topk: int = INDEX_TOPK,
         *,
         route: Optional[str] = None,
+        kv_cache_dtype: Optional[str] = "auto",
     ):
         if max_num_batched_tokens < 1:
             raise ValueError(
@@ -344,6 +352,13 @@ class SparseMLAMetadataBuilder:
             raise ValueError(f"sparse_mla: argument 'num_heads' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
         if route is not None and route not in ROUTES:
             raise ValueError(f"sparse_mla: argument 'route' expected None or one of {tuple(ROUTES)}, got {route!r}")
+        self.kv_cache_format = kv_cache_format.format_of_kv_cache_dtype(kv_cache_dtype)
+        if route is not None and self.kv_cache_format.name not in ROUTES[route].cache_formats:
+            readers = tuple(name for name, r in ROUTES.items() if self.kv_cache_format.name in r.cache_formats)
+            raise ValueError(
+                f"sparse_mla: argument 'route' expected a route that reads the {self.kv_cache_format.name} cache "
+                f"(one of {readers}), got {route!r}"
+            )
         self.max_num_tokens = max_num_batched_tokens
         self.num_heads = num_heads
         self.index_topk = index_topk
@@ -363,7 +378,8 @@ class SparseMLAMetadataBuilder:
         self._kv_len_bound = torch.ones(max_tokens, **int32)  # [max_tokens]
         self._written_end = 0  # entries past it hold the padding values (0, 0, 1)
         self._padding_offset = torch.full((1,), PADDING_OFFSET, **int32)  # [1]
-        names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens, self.device.type)
+        names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens, self.device.type,
+                                                                         self.kv_cache_format.name)
         self.workspaces: Dict[str, Any] = {
             name: ROUTES[name].make_workspace(max_tokens, num_heads, self.num_sms, index_topk, self.device)
             for name in names
@@ -386,7 +402,8 @@ class SparseMLAMetadataBuilder:
                 f"sparse_mla: argument 'num_actual_tokens' expected in [0, max_num_batched_tokens = "
                 f"{self.max_num_tokens}], got {num_tokens}"
             )
-        name = self.route_override or routing.choose_route(self.num_heads, num_tokens, self.device.type)
+        name = self.route_override or routing.choose_route(self.num_heads, num_tokens, self.device.type,
+                                                           self.kv_cache_format.name)
         route = ROUTES[name]
         step = _StepPlan(
             route=route,
@@ -517,7 +534,8 @@ class SparseMLAImpl:
     num_kv_heads : int
         Latent KV heads, 1.
     kv_cache_dtype : str
-        ``"auto"`` or ``"bfloat16"`` (bf16 cache).
+        ``"auto"`` or ``"bfloat16"`` (bf16 cache), or ``"fp8_ds_mla"`` (the uint8 656-byte cache); the
+        metadata builder must be given the same (it picks routes that read the format).
     alibi_slopes, sliding_window, logits_soft_cap, sinks, kv_sharing_target_layer_name
         Unsupported features; must be ``None``.
     attn_type : str
@@ -556,7 +574,7 @@ class SparseMLAImpl:
             "attention sinks (sinks)": sinks is not None,
             "KV sharing (kv_sharing_target_layer_name)": kv_sharing_target_layer_name is not None,
             f"attention type {attn_type!r} (attn_type; only 'decoder')": attn_type != "decoder",
-            f"KV cache dtype {kv_cache_dtype!r} (kv_cache_dtype; only 'auto' or 'bfloat16')":
+            f"KV cache dtype {kv_cache_dtype!r} (kv_cache_dtype; only {SparseMLABackend.supported_kv_cache_dtypes})":
                 kv_cache_dtype not in SparseMLABackend.supported_kv_cache_dtypes,
         }
         for feature, requested in unsupported.items():
@@ -571,6 +589,7 @@ class SparseMLAImpl:
         self.num_heads = num_heads
         self.softmax_scale = softmax_scale
         self.check_indices = check_indices
+        self.kv_cache_format = kv_cache_format.format_of_kv_cache_dtype(kv_cache_dtype)
 
 
     def forward(
@@ -596,7 +615,8 @@ class SparseMLAImpl:
             transposed `[N, T, 512]` bmm result).
         kv_cache : torch.Tensor
             `[num_blocks, 64, 576]` bf16 with contiguous slots; the block stride may exceed `64 * 576`
-            elements (a padded vLLM cache) but must be a whole number of 576-element slots.
+            elements (a padded vLLM cache) but must be a whole number of 576-element slots. With
+            ``kv_cache_dtype="fp8_ds_mla"``: `[num_blocks, 64, 656]` uint8, likewise in whole 656-byte slots.
         attn_metadata : SparseMLAMetadata
             From :meth:`SparseMLAMetadataBuilder.build` for this step, planned for this layer's ``N``.
         topk_indices : torch.Tensor
@@ -617,8 +637,8 @@ class SparseMLAImpl:
         Raises
         ------
         TypeError, ValueError
-            A tensor has the wrong shape, dtype or device, or the metadata was planned for another
-            head count; the message names the argument.
+            A tensor has the wrong shape, dtype or device, the metadata was planned for another head
+            count, or its route cannot read this cache format; the message names the argument.
         """
         q_nope, q_rope = self._split_q(q)
         metadata = attn_metadata
@@ -631,10 +651,17 @@ class SparseMLAImpl:
         device = metadata.req_id.device
         _check_fast("q_nope", q_nope, (num_tokens, num_heads, KV_LORA_RANK), torch.bfloat16, device)
         _check_fast("q_rope", q_rope, (num_tokens, num_heads, QK_ROPE_HEAD_DIM), torch.bfloat16, device)
-        if not (isinstance(kv_cache, torch.Tensor) and kv_cache.dim() == 3 and kv_cache.shape[1:] == _CACHE_BLOCK_SHAPE
-                and kv_cache.dtype is torch.bfloat16 and kv_cache.device == device):
-            check_tensor("kv_cache", kv_cache, shape=(None, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE), dtype=torch.bfloat16,
-                         device=device)
+        fmt = self.kv_cache_format
+        if not (isinstance(kv_cache, torch.Tensor) and kv_cache.dim() == 3 and kv_cache.shape[1:] == fmt.block_shape
+                and kv_cache.dtype is fmt.dtype and kv_cache.device == device
+                and (fmt is kv_cache_format.BF16 or kv_cache.data_ptr() % kv_cache_format.FP8_DS_MLA_SCALE_ALIGNMENT == 0)):
+            kv_cache_format.check_kv_cache("kv_cache", kv_cache, fmt, device)
+        if fmt.name not in metadata.route.cache_formats:
+            raise ValueError(
+                f"sparse_mla: argument 'attn_metadata' expected a step whose route reads the {fmt.name} cache, got "
+                f"route {metadata.route.name!r} (it reads {sorted(metadata.route.cache_formats)}); give the "
+                f"metadata builder kv_cache_dtype={fmt.name!r}"
+            )
         _check_fast("topk_indices", topk_indices, (num_tokens, metadata.index_topk), torch.int32, device)
         if output is None:
             output = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
@@ -659,10 +686,6 @@ class SparseMLAImpl:
             return q[0], q[1]
         check_tensor("q", q, shape=(None, None, KV_CACHE_HEAD_SIZE))
         return q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]
-
-
-_CACHE_BLOCK_SHAPE = (KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
-"""``kv_cache.shape[1:]``."""
 
 
 def _check_fast(name: str, tensor: object, shape: Tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:

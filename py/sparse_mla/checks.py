@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
+from sparse_mla.constants import KV_BLOCK_SIZE
 
 DTypes = Union[torch.dtype, Tuple[torch.dtype, ...]]
 
@@ -108,13 +108,15 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:
-    """Check that a `[num_blocks, 64, 576]` cache can be read as rows of one slot and return its block
+    """Check that a `[num_blocks, 64, slot_width]` cache can be read as rows of one slot and return its block
     stride in slots (``block_stride_rows``, vLLM's name).
 
-    FA3's page-size-1 view and the slot ids of :func:`sparse_mla.kernels.topk_to_slots.topk_to_slots`
-    address slot ``p`` of block ``b`` as row ``b * block_stride_rows + p`` of a flat `[rows, 576]`
-    view, which needs slot stride 576, unit element stride, and a block stride that is a whole number
-    of slots: ``stride(0) % 576 == 0`` and ``stride(0) >= 64 * 576``. vLLM pads the block stride when
+    The slot width is the last dimension: 576 bf16 values, or 656 bytes for the uint8 fp8_ds_mla cache
+    (:mod:`sparse_mla.kv_cache_format`). FA3's page-size-1 view and the slot ids of
+    :func:`sparse_mla.kernels.topk_to_slots.topk_to_slots` address slot ``p`` of block ``b`` as row
+    ``b * block_stride_rows + p`` of a flat `[rows, slot_width]` view, which needs slot stride
+    ``slot_width``, unit element stride, and a block stride that is a whole number of slots:
+    ``stride(0) % slot_width == 0`` and ``stride(0) >= 64 * slot_width``. vLLM pads the block stride when
     other layers' pages sit between a layer's blocks (``flat_kv_row_view`` in vLLM 0.33.0
     ``vllm/v1/attention/backends/mla/sparse_utils.py`` makes the same demand); a contiguous cache
     has ``block_stride_rows = 64``.
@@ -124,17 +126,18 @@ def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:
     ValueError
         Naming the argument, the expected strides and the actual ones.
     """
+    slot_width = kv_cache.shape[-1]
     stride_block, stride_slot, stride_elem = kv_cache.stride()
-    min_stride = KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE
-    if stride_elem != 1 or stride_slot != KV_CACHE_HEAD_SIZE:
+    min_stride = KV_BLOCK_SIZE * slot_width
+    if stride_elem != 1 or stride_slot != slot_width:
         raise ValueError(
-            f"sparse_mla: argument '{name}' expected strides (*, {KV_CACHE_HEAD_SIZE}, 1) (contiguous slots), "
+            f"sparse_mla: argument '{name}' expected strides (*, {slot_width}, 1) (contiguous slots), "
             f"got {kv_cache.stride()}"
         )
-    if stride_block % KV_CACHE_HEAD_SIZE or stride_block < min_stride:
+    if stride_block % slot_width or stride_block < min_stride:
         raise ValueError(
-            f"sparse_mla: argument '{name}' expected a block stride that is a multiple of {KV_CACHE_HEAD_SIZE} "
-            f"elements (one slot, for FA3's page-size-1 view of the cache) and >= {min_stride}, got stride(0) = "
-            f"{stride_block} ({stride_block} % {KV_CACHE_HEAD_SIZE} = {stride_block % KV_CACHE_HEAD_SIZE})"
+            f"sparse_mla: argument '{name}' expected a block stride that is a multiple of {slot_width} "
+            f"elements (one slot, for page-size-1 views of the cache) and >= {min_stride}, got stride(0) = "
+            f"{stride_block} ({stride_block} % {slot_width} = {stride_block % slot_width})"
         )
-    return stride_block // KV_CACHE_HEAD_SIZE
+    return stride_block // slot_width

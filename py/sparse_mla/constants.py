@@ -24,3 +24,31 @@ INDEX_TOPK = 2048
 
 DEEPSEEK_V32_SOFTMAX_SCALE = (QK_NOPE_HEAD_DIM + QK_ROPE_HEAD_DIM) ** -0.5
 """`192 ** -0.5`: the model scales scores by the pre-absorption query/key head size 128 + 64."""
+
+# --------------------------------------------------------------------------------------------------
+# The fp8_ds_mla cache slot (656 bytes)
+#
+# Sources: FlashMLA's README ("FP8 KV cache" of the sparse decode kernel: 512 fp8 e4m3 values, four fp32
+# scales, 64 bf16 rotary values per token) and vLLM's writer of it, ``concat_and_cache_ds_mla_kernel`` in
+# ``csrc/cache_kernels.cu`` (tiles of 128 values, scale = tile amax / 448), with vLLM's
+# ``FlashMLASparseBackend.get_kv_cache_shape`` returning `(num_blocks, block_size, 656)` for it.
+
+FP8_DS_MLA_SLOT_BYTES = 656
+"""One slot of the fp8_ds_mla cache: `[c_kv as 512 fp8 | 4 fp32 scales | k_rope as 64 bf16]` = 512 + 16 + 128 bytes;
+the cache is uint8 `[num_blocks, 64, 656]`."""
+
+FP8_DS_MLA_GROUP_SIZE = 128
+"""``c_kv`` values sharing one scale: scale ``i`` covers ``c_kv[128 * i : 128 * i + 128]``."""
+
+FP8_DS_MLA_NUM_SCALES = KV_LORA_RANK // FP8_DS_MLA_GROUP_SIZE
+"""4 fp32 scales per slot."""
+
+FP8_DS_MLA_SCALE_OFFSET = KV_LORA_RANK
+"""Byte offset of the scales in a slot (512): right after the 512 one-byte fp8 values."""
+
+FP8_DS_MLA_ROPE_OFFSET = FP8_DS_MLA_SCALE_OFFSET + 4 * FP8_DS_MLA_NUM_SCALES
+"""Byte offset of ``k_rope`` in a slot (528): after the 4 little-endian fp32 scales."""
+
+FP8_E4M3_MAX = 448.0
+"""Largest finite float8 e4m3fn value (``torch.finfo(torch.float8_e4m3fn).max``; 1.75 * 2**8): the
+quantizer maps a group's absolute maximum to it."""

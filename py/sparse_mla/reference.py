@@ -7,7 +7,9 @@ from typing import Tuple
 
 import torch
 
-from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK
+from sparse_mla import kv_cache_format
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_LORA_RANK
+from sparse_mla.fp8_ds_mla import dequantize_cache
 
 _TOKENS_PER_CHUNK = 16
 """Tokens gathered at once: bounds the `[chunk, K, 576]` fp32 gather to 75 MB at K = 2048."""
@@ -33,7 +35,9 @@ def sparse_mla_reference(
     q_rope : torch.Tensor
         `[T, N, 64]`, any float dtype.
     kv_cache : torch.Tensor
-        `[num_blocks, 64, 576]`, each slot `[c_kv (512) | k_rope (64)]`.
+        `[num_blocks, 64, 576]` (bf16 or any float dtype), each slot `[c_kv (512) | k_rope (64)]`; or the
+        uint8 fp8_ds_mla cache `[num_blocks, 64, 656]`, whose gathered slots are dequantized first
+        (:func:`sparse_mla.fp8_ds_mla.dequantize_cache`), then the same math.
     slot_ids : torch.Tensor
         `[T, K]` integer global slot ids (``block * 64 + row``); ``-1`` marks an unused entry and
         may appear anywhere in a row.
@@ -48,7 +52,8 @@ def sparse_mla_reference(
         `[T, N]` float32, natural log of the softmax denominator of the scaled scores.
     """
     num_tokens, num_heads, _ = q_nope.shape
-    flat_cache = kv_cache.reshape(-1, KV_CACHE_HEAD_SIZE)
+    fp8 = kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype
+    flat_cache = kv_cache.reshape(-1, kv_cache.shape[-1])
     q = torch.cat([q_nope, q_rope], dim=-1).float()  # [T, N, 576]
     out = torch.zeros(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.float32, device=q_nope.device)
     lse = torch.full((num_tokens, num_heads), float("-inf"), dtype=torch.float32, device=q_nope.device)
@@ -56,7 +61,8 @@ def sparse_mla_reference(
         stop = min(start + _TOKENS_PER_CHUNK, num_tokens)
         ids = slot_ids[start:stop].long()
         valid = ids >= 0  # [t, K]
-        rows = flat_cache[ids.clamp(min=0)].float()  # [t, K, 576]
+        rows = flat_cache[ids.clamp(min=0)]
+        rows = dequantize_cache(rows) if fp8 else rows.float()  # [t, K, 576]
         scores = torch.einsum("tnd,tkd->tnk", q[start:stop], rows) * softmax_scale
         scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
         chunk_lse = torch.logsumexp(scores, dim=-1)  # [t, N]

@@ -5,7 +5,9 @@ and padded token count ``T``, the fastest route of a benchmark run on the H200 (
 the file; ``tools/bench.py --write_routing_table`` or ``tools/make_routing_table.py`` write it), named
 by the keys of :data:`sparse_mla.routes.ROUTES`. A step between measured points takes the entry of the
 next measured ``N`` and ``T`` at or above it (the largest beyond the table). Where the table's route
-cannot run here (e.g. FA3 without its extension, or not on Hopper), its ``fallback`` runs instead.
+cannot run here (e.g. FA3 without its extension, or not on Hopper) or cannot read the step's KV-cache
+format (``Route.cache_formats``: the fp8_ds_mla cache is read by Triton only, for now), its ``fallback``
+runs instead. The table was measured on the bf16 cache; the fp8_ds_mla cache has no table of its own yet.
 
 The metadata builder asks once per padded ``T`` and keeps the answer (with the rest of the step's
 plan), so a CUDA graph captured for one padded batch size always replays the same kernels; it also
@@ -18,6 +20,7 @@ import json
 import os
 from typing import Dict, List, Tuple
 
+from sparse_mla.kv_cache_format import BF16
 from sparse_mla.routes import ROUTES
 
 ROUTING_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routing_table.json")
@@ -92,27 +95,40 @@ def lookup(table: Table, num_heads: int, num_tokens: int) -> str:
     return row[tokens.index(_at_or_above(tokens, max(num_tokens, 1)))]
 
 
-def runnable(name: str, device_type: str = "cuda") -> str:
-    """``name``, or the first route of its fallback chain that is available here for tensors on a
-    device of ``device_type`` (``"cuda"``, or ``"cpu"``: only routes with ``runs_on_cpu``)."""
-    while not (ROUTES[name].is_available() and (device_type == "cuda" or ROUTES[name].runs_on_cpu)):
+def serves(name: str, device_type: str = "cuda", cache_format: str = BF16.name) -> bool:
+    """Whether route ``name`` runs here for tensors on a device of ``device_type`` (``"cuda"``, or ``"cpu"``:
+    only routes with ``runs_on_cpu``) and reads caches of format ``cache_format`` (a name of
+    :mod:`sparse_mla.kv_cache_format`)."""
+    route = ROUTES[name]
+    return bool(route.is_available()) and (device_type == "cuda" or route.runs_on_cpu) and (
+        cache_format in route.cache_formats
+    )
+
+
+def runnable(name: str, device_type: str = "cuda", cache_format: str = BF16.name) -> str:
+    """``name``, or the first route of its fallback chain that :func:`serves` ``device_type`` and ``cache_format``."""
+    while not serves(name, device_type, cache_format):
         fallback = ROUTES[name].fallback
         if fallback is None:
-            raise RuntimeError(f"sparse_mla: route {name!r} is not available here and has no fallback")
+            raise RuntimeError(
+                f"sparse_mla: route {name!r} is not available here for {device_type} tensors and the "
+                f"{cache_format} cache, and has no fallback"
+            )
         name = fallback
     return name
 
 
-def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda") -> str:
-    """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads: the checked-in
-    table's, or its fallback where it cannot run here (:func:`runnable`). Host-side only (no device work)."""
-    return runnable(lookup(load_table(), num_heads, num_tokens), device_type)
+def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name) -> str:
+    """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads on a cache of format
+    ``cache_format``: the checked-in table's, or its fallback where that one cannot serve the step
+    (:func:`runnable`). Host-side only (no device work)."""
+    return runnable(lookup(load_table(), num_heads, num_tokens), device_type, cache_format)
 
 
-def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda") -> List[str]:
-    """Every route :func:`choose_route` gives for ``num_heads`` heads and ``1 <= T <= max_num_tokens``
-    (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order."""
+def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name) -> List[str]:
+    """Every route :func:`choose_route` gives for ``num_heads`` heads, ``1 <= T <= max_num_tokens`` and
+    ``cache_format`` (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order."""
     _, tokens, _ = load_table()
     points = [t for t in tokens if t < max_num_tokens] + [max_num_tokens]
-    chosen = {choose_route(num_heads, t, device_type) for t in points}
+    chosen = {choose_route(num_heads, t, device_type, cache_format) for t in points}
     return [name for name in ROUTES if name in chosen]

@@ -11,6 +11,7 @@ import torch
 
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla import reference
+from sparse_mla.fp8_ds_mla import quantize_slots
 from sparse_mla.reference import topk_to_slots_reference
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -35,20 +36,36 @@ def make_kv_cache(num_blocks: int, device: torch.device, generator: torch.Genera
     return torch.randn(shape, generator=generator, device=device).to(torch.bfloat16)
 
 
-def padded_kv_cache(kv_cache: torch.Tensor, block_padding: int) -> torch.Tensor:
-    """A copy of ``kv_cache`` whose blocks lie ``64 * 576 + block_padding`` elements apart, as in a vLLM
-    cache that shares its pages with other layers; the gaps hold NaN, so reading one poisons the result.
+def fp8_ds_mla_kv_cache(kv_cache: torch.Tensor) -> torch.Tensor:
+    """The fp8_ds_mla cache of a bf16 cache: every slot quantized by :func:`sparse_mla.fp8_ds_mla.quantize_slots`.
 
     Returns
     -------
     torch.Tensor
-        `[num_blocks, 64, 576]` bf16 with strides `(64 * 576 + block_padding, 576, 1)`.
+        `[num_blocks, 64, 656]` uint8.
     """
-    num_blocks = kv_cache.shape[0]
-    block_elems = KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE
-    storage = torch.full((num_blocks, block_elems + block_padding), float("nan"), dtype=kv_cache.dtype,
+    flat = kv_cache.reshape(-1, KV_CACHE_HEAD_SIZE)
+    slots = quantize_slots(flat[:, :KV_LORA_RANK], flat[:, KV_LORA_RANK:])
+    return slots.view(kv_cache.shape[0], KV_BLOCK_SIZE, -1)
+
+
+def padded_kv_cache(kv_cache: torch.Tensor, block_padding: int) -> torch.Tensor:
+    """A copy of ``kv_cache`` whose blocks lie ``64 * slot_width + block_padding`` elements apart, as in a
+    vLLM cache that shares its pages with other layers. The gaps hold NaN (bf16), or bytes 0xFF in a uint8
+    fp8_ds_mla cache (NaN fp8 codes and NaN scales), so reading one poisons the result.
+
+    Returns
+    -------
+    torch.Tensor
+        `[num_blocks, 64, slot_width]` of ``kv_cache``'s dtype with strides
+        `(64 * slot_width + block_padding, slot_width, 1)`.
+    """
+    num_blocks, _, slot_width = kv_cache.shape
+    block_elems = KV_BLOCK_SIZE * slot_width
+    poison = 0xFF if kv_cache.dtype == torch.uint8 else float("nan")
+    storage = torch.full((num_blocks, block_elems + block_padding), poison, dtype=kv_cache.dtype,
                          device=kv_cache.device)
-    padded = storage[:, :block_elems].view(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE)
+    padded = storage[:, :block_elems].view(num_blocks, KV_BLOCK_SIZE, slot_width)
     padded.copy_(kv_cache)
     return padded
 

@@ -28,8 +28,9 @@ from vllm.v1.attention.backend import (
     MLAAttentionImpl,
 )
 
+from sparse_mla import kv_cache_format
 from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
-from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.constants import KV_BLOCK_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 
 # --------------------------------------------------------------------------------------------------
 # Backend
@@ -65,9 +66,11 @@ class SparseMLAVllmBackend(SparseMLABackend, AttentionBackend):
 
     @classmethod
     def customize_spec(cls, spec: Any) -> Any:
-        """Blocks a whole number of slots apart (1152 bytes), as FA3's page-size-1 view of the cache needs
-        (:func:`sparse_mla.checks.check_kv_cache_slot_strides`); vLLM's ``block_stride_alignment`` is in bytes."""
-        return dataclasses.replace(spec, block_stride_alignment=KV_CACHE_HEAD_SIZE * torch.bfloat16.itemsize)
+        """Blocks a whole number of slots apart (1152 bytes, or 656 for ``cache_dtype_str="fp8_ds_mla"``), as
+        page-size-1 views of the cache need (:func:`sparse_mla.checks.check_kv_cache_slot_strides`); vLLM's
+        ``block_stride_alignment`` is in bytes."""
+        fmt = kv_cache_format.format_of_kv_cache_dtype(spec.cache_dtype_str, "spec.cache_dtype_str")
+        return dataclasses.replace(spec, block_stride_alignment=fmt.slot_bytes)
 
     @classmethod
     def validate_configuration(cls, block_size: Optional[int] = None, **selector_config: Any) -> List[str]:
@@ -118,11 +121,13 @@ class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBu
 
     ``UNIFORM_BATCH``: full CUDA graphs of decode and speculative-decode batches (the build reads only
     device tensors and the padded token count); mixed batches run piecewise, as FlashAttnMLASparse's.
+    The cache format comes from ``kv_cache_spec.cache_dtype_str`` (vLLM's ``--kv-cache-dtype``; ``None`` =
+    ``"auto"``), so that only routes that read it are chosen.
 
     Raises
     ------
     ValueError
-        The layer's kernel block size is not 64.
+        The layer's kernel block size is not 64, or the spec's cache dtype is not served.
     """
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
@@ -140,6 +145,7 @@ class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBu
             vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config),
             index_topk=vllm_config.model_config.hf_text_config.index_topk,
             route=_additional_config(vllm_config).get(ROUTE_OVERRIDE_KEY),
+            kv_cache_dtype=kv_cache_spec.cache_dtype_str,
         )
         AttentionMetadataBuilder.__init__(self, kv_cache_spec, layer_names, vllm_config, device)
 
@@ -259,7 +265,8 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
             ``(ql_nope [T, N, 512], q_pe [T, N, 64])`` bf16 (``ql_nope`` may be a transposed view) or one
             `[T, N, 576]` tensor.
         kv_c_and_k_pe_cache : torch.Tensor
-            `[num_blocks, 64, 576]` bf16, block stride a whole number of slots (vLLM may pad it).
+            `[num_blocks, 64, 576]` bf16, or `[num_blocks, 64, 656]` uint8 with ``kv_cache_dtype="fp8_ds_mla"``;
+            block stride a whole number of slots (vLLM may pad it).
         attn_metadata : SparseMLAVllmMetadata
             From :meth:`SparseMLAVllmMetadataBuilder.build` for this step.
         layer : AttentionLayer

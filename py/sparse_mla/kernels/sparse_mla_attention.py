@@ -2,7 +2,8 @@
 
 DeepSeek-V3.2's sparse MLA attends, for query token ``t``, the (at most) ``K = 2048`` positions its
 lightning indexer picked inside the token's request. Every query head attends the same positions of
-one shared latent head: slot ``[c_kv (512) | k_rope (64)]`` of the bf16 cache `[num_blocks, 64, 576]`.
+one shared latent head: slot ``[c_kv (512) | k_rope (64)]`` of the bf16 cache `[num_blocks, 64, 576]`,
+or of the uint8 fp8_ds_mla cache `[num_blocks, 64, 656]` (:mod:`sparse_mla.fp8_ds_mla`).
 
 What one launch does
 --------------------
@@ -25,6 +26,11 @@ What one launch does
   into ``out``/``lse`` and resets the counter to zero, so the next launch -- or the next replay of a
   CUDA graph -- finds it clean. No second kernel.
 
+* **fp8_ds_mla cache** (the ``FP8_DS_MLA`` constexpr, set from the cache's dtype): each gathered slot's
+  512 fp8 e4m3 bytes, its 4 fp32 scales and its 64 bf16 ``k_rope`` values are loaded, and ``c_kv`` is
+  dequantized in registers (``fp8 * scale`` in fp32, rounded to bf16 for the dots); no dequantized copy
+  of the cache exists. Everything else is the bf16 kernel.
+
 Numerics: fully masked tiles use a zero base instead of ``-inf`` (no ``inf - inf``), a token with no
 valid position gets ``out = 0`` and ``lse = -inf``; padded heads load zero queries and are not stored.
 
@@ -36,7 +42,10 @@ capture and replay; see :func:`sparse_mla_attention`. :func:`launch` runs a reso
 
 Triton's interpreter (CPU tests): bf16 ``tl.dot`` is wrong there, so the kernel upcasts its dot
 operands to fp32 under the ``DOT_FP32`` constexpr (:mod:`sparse_mla.kernels.triton_support`); loops
-have constexpr trip counts because the interpreter cannot iterate over runtime bounds.
+have constexpr trip counts because the interpreter cannot iterate over runtime bounds. Its fp8 decode
+(a uint8 -> ``tl.float8e4nv`` bitcast, then ``.to(tl.float32)``) is exact for every finite e4m3 code
+(triton 3.6.0, all 254 checked); it reads the NaN codes 0x7F / 0xFF as +-480, which no writer of the
+format produces (both vLLM's and ours saturate to +-448).
 
 Launch configuration: :class:`LaunchConfig` (heads, top-k entries and output columns per program,
 split count, warps, pipeline stages), by default from :func:`default_launch_config`; every field can
@@ -58,10 +67,19 @@ import torch
 import triton
 import triton.language as tl
 
-from sparse_mla.checks import check_same_device, check_tensor, check_unit_last_stride
-from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla import kv_cache_format
+from sparse_mla.checks import check_kv_cache_slot_strides, check_same_device, check_tensor, check_unit_last_stride
+from sparse_mla.constants import (
+    FP8_DS_MLA_GROUP_SIZE,
+    FP8_DS_MLA_ROPE_OFFSET,
+    FP8_DS_MLA_SCALE_OFFSET,
+    KV_BLOCK_SIZE,
+    KV_CACHE_HEAD_SIZE,
+    KV_LORA_RANK,
+    QK_ROPE_HEAD_DIM,
+)
 from sparse_mla import device_info
-from sparse_mla.kernels.triton_support import dot_in_fp32, kernel_device_type
+from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, kernel_device_type, round_bf16_by_bits
 
 MAX_NUM_HEADS = 128
 """Most query heads per token served (DeepSeek-V3.2 has 128 before tensor parallelism)."""
@@ -107,9 +125,9 @@ def _sparse_mla_attention_kernel(
     q_rope_ptr,  # [T, N, 64] bf16, unit stride along the last dim
     q_rope_stride_t,
     q_rope_stride_h,
-    kv_ptr,  # [num_blocks, 64, 576] bf16, unit stride along the last dim
-    kv_stride_block,  # elements between blocks: 64 * 576, or more for a padded (vLLM) cache
-    kv_stride_slot,  # elements between the slots of a block (576 for vLLM's caches)
+    kv_ptr,  # [num_blocks, 64, 576] bf16, or [num_blocks, 64, 656] uint8 when FP8_DS_MLA; unit stride along the last dim
+    kv_stride_block,  # elements between blocks: 64 * 576 (64 * 656), or more for a padded (vLLM) cache
+    kv_stride_slot,  # elements between the slots of a block (576, or 656 bytes, for vLLM's caches)
     topk_ptr,  # [T, K] int32 request-local positions, -1 = none
     topk_stride_t,
     topk_stride_k,
@@ -150,6 +168,11 @@ def _sparse_mla_attention_kernel(
     MERGE_DV: tl.constexpr,
     HAS_LSE: tl.constexpr,
     DOT_FP32: tl.constexpr,
+    BF16_BY_BITS: tl.constexpr,  # interpreter only: round fp32 -> bf16 by bits (it truncates conversions)
+    FP8_DS_MLA: tl.constexpr,  # kv_ptr is the uint8 fp8_ds_mla cache: dequantize gathered slots in registers
+    SCALE_OFFSET: tl.constexpr,  # fp8_ds_mla slot layout: byte offset of the 4 fp32 scales (512)
+    ROPE_OFFSET: tl.constexpr,  # byte offset of the 64 bf16 k_rope values (528)
+    GROUP_SIZE: tl.constexpr,  # c_kv values per scale (128)
     ABLATE_GATHER: tl.constexpr = False,  # benchmark-only stage ablations (see ABLATIONS); wrong results
     ABLATE_QK: tl.constexpr = False,
     ABLATE_PV: tl.constexpr = False,
@@ -222,10 +245,17 @@ def _sparse_mla_attention_kernel(
             valid = valid & (block >= 0) & (block < num_blocks)
             row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
         if not ABLATE_QK:
-            c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
-            k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
+            if FP8_DS_MLA:
+                c_kv = _dequantized_c_kv(kv_ptr, row, d_nope, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, 512]
+                rope_ptrs = (kv_ptr + row + ROPE_OFFSET).to(tl.pointer_type(tl.bfloat16))  # [BLOCK_N]
+                k_rope = tl.load(rope_ptrs[:, None] + d_rope[None, :], mask=valid[:, None], other=0.0)
+            else:
+                c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
+                k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
         if BLOCK_DV == LORA_RANK and not ABLATE_QK:
             v = c_kv  # the tile already holds every value column
+        elif FP8_DS_MLA:
+            v = _dequantized_c_kv(kv_ptr, row, d_out, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, BLOCK_DV]
         else:
             v = tl.load(kv_ptr + row[:, None] + d_out[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, BLOCK_DV]
         if DOT_FP32:
@@ -244,7 +274,10 @@ def _sparse_mla_attention_kernel(
         alpha = tl.exp2(m_i - m_base)
         p = tl.exp2(s - m_base[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        p = p.to(kv_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
+        if BF16_BY_BITS:
+            p = bf16_rne(p)  # the interpreter truncates .to(bf16): round as the GPU does, kept in fp32
+        else:
+            p = p.to(q_nope_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
         if DOT_FP32:
             p = p.to(tl.float32)
         if ABLATE_PV:
@@ -305,6 +338,24 @@ def _sparse_mla_attention_kernel(
         if HAS_LSE:
             lse_ptrs = lse_ptr + token * lse_stride_t + heads * lse_stride_h
             tl.store(lse_ptrs, lse2 * LN2, mask=head_ok & (dv_block == 0))
+
+
+@triton.jit
+def _dequantized_c_kv(kv_ptr, row, cols, valid, SCALE_OFFSET: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                      BF16_BY_BITS: tl.constexpr):
+    """`[BLOCK_N, len(cols)]` ``c_kv`` columns ``cols`` of the fp8_ds_mla slots at byte offsets ``row``:
+    ``float(fp8) * scale[col // 128]`` in fp32, rounded to bf16 (the dots' operand type; with ``BF16_BY_BITS``,
+    in the interpreter, rounded by :func:`bf16_rne` and kept in fp32); 0 where not ``valid``.
+
+    The scale of each column is gathered from the slot's 4 fp32 scales (4 distinct addresses per row).
+    """
+    codes = tl.load(kv_ptr + row[:, None] + cols[None, :], mask=valid[:, None], other=0)  # uint8
+    scale_ptrs = (kv_ptr + row + SCALE_OFFSET).to(tl.pointer_type(tl.float32))  # [BLOCK_N]
+    scale = tl.load(scale_ptrs[:, None] + (cols // GROUP_SIZE)[None, :], mask=valid[:, None], other=0.0)
+    values = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale
+    if BF16_BY_BITS:
+        return bf16_rne(values)
+    return values.to(tl.bfloat16)
 
 
 @triton.jit
@@ -722,7 +773,10 @@ def sparse_mla_attention(
     kv_cache : torch.Tensor
         `[num_blocks, 64, 576]` bf16, unit stride in the last dim; any block and slot strides (a vLLM
         cache whose blocks sit further apart than `64 * 576` elements is read in place);
-        slot = `[c_kv (512) | k_rope (64)]`.
+        slot = `[c_kv (512) | k_rope (64)]`. Or the uint8 fp8_ds_mla cache `[num_blocks, 64, 656]`
+        (:mod:`sparse_mla.fp8_ds_mla`), contiguous slots with a block stride of whole slots
+        (:func:`sparse_mla.checks.check_kv_cache_slot_strides`), 4-byte aligned; read in place, each gathered
+        slot dequantized in registers.
     topk_indices : torch.Tensor
         `[T, K]` int32 positions inside each token's request, ``-1`` = none (K = 2048 for DeepSeek-V3.2).
     req_id : torch.Tensor
@@ -777,7 +831,8 @@ def sparse_mla_attention(
     if not 1 <= num_heads <= MAX_NUM_HEADS:
         raise ValueError(f"sparse_mla: argument 'q_nope' expected 1 <= N <= {MAX_NUM_HEADS} heads, got {num_heads}")
     check_tensor("q_rope", q_rope, shape=(num_tokens, num_heads, QK_ROPE_HEAD_DIM), dtype=torch.bfloat16)
-    check_tensor("kv_cache", kv_cache, shape=(None, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE), dtype=torch.bfloat16)
+    if kv_cache_format.check_kv_cache("kv_cache", kv_cache) is kv_cache_format.FP8_DS_MLA:
+        check_kv_cache_slot_strides("kv_cache", kv_cache)
     check_tensor("topk_indices", topk_indices, shape=(num_tokens, None), dtype=torch.int32)
     check_tensor("req_id", req_id, shape=(num_tokens,), dtype=torch.int32)
     check_tensor("token_kv_len", token_kv_len, shape=(num_tokens,), dtype=torch.int32)
@@ -890,6 +945,11 @@ def launch(
         MERGE_DV=plan.merge_dv,
         HAS_LSE=lse is not None,
         DOT_FP32=dot_in_fp32(),
+        BF16_BY_BITS=round_bf16_by_bits(),
+        FP8_DS_MLA=kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype,
+        SCALE_OFFSET=FP8_DS_MLA_SCALE_OFFSET,
+        ROPE_OFFSET=FP8_DS_MLA_ROPE_OFFSET,
+        GROUP_SIZE=FP8_DS_MLA_GROUP_SIZE,
         num_warps=config.num_warps,
         # Without the index chain the pipeliner would prefetch LOAD_CHAIN_LEVELS times deeper (and run out
         # of shared memory): keep the default's KV prefetch distance under the gather ablation.

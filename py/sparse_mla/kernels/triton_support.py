@@ -16,9 +16,14 @@ Example
 ...         a, b = a.to(tl.float32), b.to(tl.float32)
 ...     acc = tl.dot(a, b, acc)
 >>> kernel[grid](..., DOT_FP32=dot_in_fp32())
+
+The interpreter also truncates fp32 -> bf16 conversions (:func:`round_bf16_by_bits`): a kernel whose
+accuracy depends on that rounding takes a ``BF16_BY_BITS`` constexpr and rounds with :func:`bf16_rne`
+there, keeping the result in fp32.
 """
 
 import triton
+import triton.language as tl
 
 
 def interpreting() -> bool:
@@ -38,3 +43,22 @@ def kernel_device_type() -> str:
     kernel fails with the argument's name instead of Triton's pointer error.
     """
     return "cpu" if interpreting() else "cuda"
+
+
+def round_bf16_by_bits() -> bool:
+    """The ``BF16_BY_BITS`` constexpr: round fp32 to bf16 with :func:`bf16_rne` (only in the interpreter).
+
+    Triton's interpreter (triton 3.6.0) truncates fp32 -> bf16 conversions toward zero, and ignores
+    ``fp_downcast_rounding="rtne"``; compiled kernels round to nearest-even. The truncation biases every
+    rounded value by about -2**-9 relative, which doubles a kernel's error against an fp32 reference.
+    """
+    return interpreting()
+
+
+@triton.jit
+def bf16_rne(x):
+    """fp32 ``x`` rounded to the nearest-even bf16 value, kept in fp32 (finite ``x``): add half of the 16
+    dropped bits, plus the lowest kept bit for ties, then clear them. What the GPU's ``x.to(tl.bfloat16)`` gives."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536 = 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)

@@ -14,18 +14,25 @@ once per layer; a route therefore is:
   launches on arguments ``SparseMLAImpl.forward`` validated; writes ``out`` (and ``lse`` when given);
 * ``is_available()``, ``runs_on_cpu`` and ``fallback``: where a route cannot run here (its extension
   not built, not Hopper, or the builder's tensors on the CPU for a CUDA-only route),
-  :mod:`sparse_mla.routing` takes its fallback instead.
+  :mod:`sparse_mla.routing` takes its fallback instead;
+* ``cache_formats``: the names of the KV-cache formats its kernels read (:mod:`sparse_mla.kv_cache_format`);
+  a step on a cache of another format takes the fallback too, and ``SparseMLAImpl.forward`` refuses a
+  cache its step's route cannot read.
 
 The routing table (:mod:`sparse_mla.routing`) names routes by the keys of :data:`ROUTES`. Adding a
 route is one module with those functions and one entry here.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, FrozenSet, Optional
 
 import torch
 
+from sparse_mla import kv_cache_format
 from sparse_mla.routes import decode_route, fa3_route, triton_route
+
+BF16_ONLY = frozenset({kv_cache_format.BF16.name})
+"""``cache_formats`` of a route that reads only the bf16 cache."""
 
 
 def _nothing_to_prepare(plan: Any, workspace: Any, metadata: Any) -> None:
@@ -49,6 +56,7 @@ class Route:
     is_available: Callable[[], Any] = _always_available  # truthy when the route runs here
     fallback: Optional[str] = None  # route taken instead where this one is unavailable
     runs_on_cpu: bool = False  # serves CPU tensors too (Triton's interpreter), not only CUDA ones
+    cache_formats: FrozenSet[str] = BF16_ONLY  # names of the KV-cache formats its kernels read
 
 
 ROUTES: Dict[str, Route] = {
@@ -59,6 +67,8 @@ ROUTES: Dict[str, Route] = {
         run=decode_route.run,
         is_available=decode_route.is_available,
         fallback="fa3",
+        # bf16 only for now: the decode kernel's fp8_ds_mla support adds kv_cache_format.FP8_DS_MLA.name here.
+        cache_formats=BF16_ONLY,
     ),
     "fa3": Route(
         name="fa3",
@@ -67,7 +77,7 @@ ROUTES: Dict[str, Route] = {
         prepare=fa3_route.prepare,
         run=fa3_route.run,
         is_available=fa3_route.is_available,
-        fallback="triton",
+        fallback="triton",  # FA3 cannot read the fp8_ds_mla cache: such steps take Triton
     ),
     "triton": Route(
         name="triton",
@@ -75,6 +85,7 @@ ROUTES: Dict[str, Route] = {
         make_workspace=triton_route.make_workspace,
         run=triton_route.run,
         runs_on_cpu=True,
+        cache_formats=frozenset({kv_cache_format.BF16.name, kv_cache_format.FP8_DS_MLA.name}),
     ),
 }
 """Every route, by routing-table name; on a timing tie the routing table prefers the earlier one

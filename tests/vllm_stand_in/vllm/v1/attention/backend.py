@@ -170,9 +170,17 @@ class MLAAttentionImpl(AttentionImplBase[T], Generic[T]):
                            slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                            skip_scale: bool = False) -> None:
         """Plain-PyTorch version of vLLM's ``concat_and_cache_mla``: slot ``s`` is row ``s % block_size``
-        of block ``s // block_size`` (any block stride); ``-1`` slots are skipped."""
+        of block ``s // block_size`` (any block stride); ``-1`` slots are skipped. With ``kv_cache_dtype``
+        ``"fp8_ds_mla"`` the rows are quantized as vLLM's ``concat_and_cache_ds_mla_kernel`` does, here by
+        sparse_mla's host implementation of that rule."""
         keep = slot_mapping >= 0
         slots = slot_mapping[keep]
         block_size = kv_cache.shape[1]
-        rows = torch.cat([kv_c_normed[keep], k_pe.reshape(k_pe.shape[0], -1)[keep]], dim=-1)
-        kv_cache[slots // block_size, slots % block_size] = rows.to(kv_cache.dtype)
+        k_pe = k_pe.reshape(k_pe.shape[0], -1)
+        if kv_cache_dtype == "fp8_ds_mla":
+            from sparse_mla.fp8_ds_mla import quantize_slots
+
+            rows = quantize_slots(kv_c_normed[keep], k_pe[keep])
+        else:
+            rows = torch.cat([kv_c_normed[keep], k_pe[keep]], dim=-1).to(kv_cache.dtype)
+        kv_cache[slots // block_size, slots % block_size] = rows
