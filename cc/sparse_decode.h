@@ -26,9 +26,11 @@ struct SparseDecodeParams {
   int64_t q_nope_token_stride, q_nope_head_stride;
   const void* q_rope;
   int64_t q_rope_token_stride, q_rope_head_stride;
-  // Cache [num_blocks, 64, 576] bf16, slot elements contiguous.
+  // Cache [num_blocks, 64, 576] bf16 or [num_blocks, 64, 656] uint8 fp8_ds_mla (kv_fp8 = 1), slot
+  // elements contiguous, strides in elements of the cache's dtype.
   const void* kv_cache;
   int64_t kv_block_stride, kv_slot_stride;
+  int kv_fp8;
   int num_blocks;
   // Top-k request-local positions [T, topk] int32 (-1 = none), and where they live.
   const int32_t* topk_indices;
@@ -64,14 +66,14 @@ constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in
 constexpr int kAblateMerge = 4;     // no split merge: the last CTA only resets its counter
 
 // Shared memory one CTA needs for these parameters, in bytes.
-int shared_memory_bytes(int head_tiles, int cta_chunk, int positions_per_split);
+int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int positions_per_split);
 
 // Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream);
 
 // Clusters of this kernel configuration that the current device runs at once (one wave), into
 // `clusters`; the planner keeps its grid within it. Returns the CUDA error of the query.
-cudaError_t max_active_clusters(int head_tiles, int cta_chunk, int positions_per_split, int* clusters);
+cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int positions_per_split, int* clusters);
 
 }  // namespace decode
 }  // namespace sparse_mla

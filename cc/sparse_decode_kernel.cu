@@ -30,6 +30,7 @@
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 
@@ -48,7 +49,9 @@ __host__ __device__ constexpr int ring_stages(int cta_chunk) { return cta_chunk 
 constexpr int kColsPerWarp = kKvLoraRank / kWarps;            // 64 c_kv columns
 constexpr int kRopePerWarp = kRopeDim / kWarps;               // 8 k_rope columns
 constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged row: 1168 B, conflict-free
-constexpr int kPiecesPerRow = kSlotElems * 2 / 16;            // 72 16-byte copies per row
+constexpr int kPiecesPerRow = kSlotElems * 2 / 16;            // 72 16-byte copies per bf16 row
+constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_mla row: 672 B
+constexpr int kFp8PiecesPerRow = kFp8SlotBytes / 16;          // 41 16-byte copies per fp8_ds_mla row
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
 constexpr int kMergeUnroll = 8;                               // split partials loaded at once
 constexpr float kNegInf = -INFINITY;
@@ -59,12 +62,15 @@ static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64
 // Byte offsets of the dynamic shared memory of one CTA.
 struct SharedLayout {
   int kv, partial, prob, row_max, row_sum, row_alpha, lse, rows, total;
-  __host__ __device__ SharedLayout(int head_tiles, int cta_chunk, int positions_per_split) {
+  int tile;  // fp8_ds_mla: the chunk dequantized to bf16, [cta_chunk][kRowStride] (bf16: the ring stage)
+  __host__ __device__ SharedLayout(int head_tiles, int cta_chunk, bool fp8, int positions_per_split) {
     const int heads = kHeadTileRows * head_tiles;
-    kv = 0;                                                        // [stages][cta_chunk][kRowStride] bf16
-    const int out = heads * kOutStride * 4;                        // epilogue: [heads][kOutStride] fp32
-    const int ring = ring_stages(cta_chunk) * cta_chunk * kRowStride * 2;
-    partial = kv + (ring > out ? ring : out);                      // [kWarps][heads][cta_chunk] fp32
+    kv = 0;                                  // ring [stages][cta_chunk] rows of kRowStride bf16 / kFp8RowBytes
+    const int out = heads * kOutStride * 4;  // epilogue: [heads][kOutStride] fp32
+    const int ring = ring_stages(cta_chunk) * cta_chunk * (fp8 ? kFp8RowBytes : kRowStride * 2);
+    tile = ring;
+    const int staged = ring + (fp8 ? cta_chunk * kRowStride * 2 : 0);
+    partial = kv + (staged > out ? staged : out);                  // [kWarps][heads][cta_chunk] fp32
     prob = partial + kWarps * heads * cta_chunk * 4;               // [heads][cta_chunk + 8] bf16
     row_max = prob + heads * (cta_chunk + 8) * 2;                  // [heads] fp32 each
     row_sum = row_max + heads * 4;
@@ -133,15 +139,30 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 template <int kHeadTiles>
 constexpr int kMinBlocksPerSm = kHeadTiles == 1 ? 3 : 2;
 
-template <int kHeadTiles, int kCtaChunk>
+// Dequantizes 8 fp8 e4m3 values (8 bytes) times `scale` into 8 bf16 (16 bytes). e4m3 -> f16 is exact;
+// the product is rounded to bf16 once, as the Triton kernel does (sparse_mla_attention.py).
+__device__ __forceinline__ uint4 dequantize8(uint2 bytes, float scale) {
+  uint32_t out[4];
+  const uint32_t words[2] = {bytes.x, bytes.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+    const float2 f = __half22float2(h);
+    out[i] = pack_bf16(f.x * scale, f.y * scale);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+template <int kHeadTiles, int kCtaChunk, bool kFp8>
 __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
     sparse_decode_kernel(const SparseDecodeParams p) {
   constexpr int kHeads = kHeadTileRows * kHeadTiles;
   constexpr int kStages = ring_stages(kCtaChunk);
   constexpr int kProbStride = kCtaChunk + 8;  // bf16 probability row stride: conflict-free A fragments
   extern __shared__ __align__(128) unsigned char smem[];
-  const SharedLayout layout(kHeadTiles, kCtaChunk, p.positions_per_split);
-  auto* kv_stages = reinterpret_cast<__nv_bfloat16*>(smem + layout.kv);
+  const SharedLayout layout(kHeadTiles, kCtaChunk, kFp8, p.positions_per_split);
+  unsigned char* ring = smem + layout.kv;  // gathered rows as stored in the cache (bf16 or fp8_ds_mla)
   auto* partial = reinterpret_cast<float*>(smem + layout.partial);  // [warp][head][position] partial scores
   auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);
   auto* row_max = reinterpret_cast<float*>(smem + layout.row_max);  // running max, base 2
@@ -224,18 +245,21 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
   }
   __syncthreads();  // rows[] complete
 
-  // 3. Gather ring: chunk c's kCtaChunk whole rows into stage c % kStages.
-  const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
+  // 3. Gather ring: chunk c's kCtaChunk whole slots, as stored, into stage c % kStages.
+  constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
+  constexpr int kSlotPieces = kFp8 ? kFp8PiecesPerRow : kPiecesPerRow;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
+  const auto* cache = static_cast<const unsigned char*>(p.kv_cache);
   auto issue_chunk = [&](int chunk) {
-    __nv_bfloat16* stage = kv_stages + (chunk % kStages) * kCtaChunk * kRowStride;
-    for (int piece = tid; piece < kCtaChunk * kPiecesPerRow; piece += kThreads) {
-      const int r = piece / kPiecesPerRow, part = piece % kPiecesPerRow;
+    unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
+    for (int piece = tid; piece < kCtaChunk * kSlotPieces; piece += kThreads) {
+      const int r = piece / kSlotPieces, part = piece % kSlotPieces;
       const int row = rows[chunk * kCtaChunk + r];
-      const __nv_bfloat16* src = cache;
+      const unsigned char* src = cache;
       if (row >= 0)
-        src = cache + static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-              static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride + part * 8;
-      if (!(p.ablate & kAblateGather)) cp_async_16(stage + r * kRowStride + part * 8, src, row >= 0);
+        src = cache + (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+                       static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes + part * 16;
+      if (!(p.ablate & kAblateGather)) cp_async_16(stage + r * kStagedRowBytes + part * 16, src, row >= 0);
     }
   };
 
@@ -261,7 +285,28 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
     __syncthreads();               // ... for every thread; and the previous chunk is fully consumed
     if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);  // into the stage just freed
     cp_async_commit();
-    const __nv_bfloat16* kv = kv_stages + (chunk % kStages) * kCtaChunk * kRowStride;
+    const unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
+    const auto* kv = reinterpret_cast<const __nv_bfloat16*>(kFp8 ? smem + layout.tile : stage);
+    if constexpr (kFp8) {
+      // fp8_ds_mla: each thread dequantizes 8 c_kv values (one scale) or copies 8 k_rope values per
+      // step into the bf16 tile the tensor-core code below reads: [c_kv (512) | k_rope (64)] per row.
+      constexpr int kStepsPerRow = (kKvLoraRank + kRopeDim) / 8;  // 64 dequantizations + 8 copies
+      auto* tile = reinterpret_cast<__nv_bfloat16*>(smem + layout.tile);
+#pragma unroll 1  // one step's registers at a time: the loop runs beside the live accumulators
+      for (int step = tid; step < kCtaChunk * kStepsPerRow; step += kThreads) {
+        const int r = step / kStepsPerRow, col = (step % kStepsPerRow) * 8;
+        const unsigned char* slot = stage + r * kStagedRowBytes;
+        uint4 values;
+        if (col < kKvLoraRank) {
+          const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[col / kFp8ScaleGroup];
+          values = dequantize8(*reinterpret_cast<const uint2*>(slot + col), scale);
+        } else {
+          values = *reinterpret_cast<const uint4*>(slot + kFp8RopeOffset + (col - kKvLoraRank) * 2);
+        }
+        *reinterpret_cast<uint4*>(tile + r * kRowStride + col) = values;
+      }
+      __syncthreads();
+    }
 
     // 4. Partial scores over this warp's 72 columns -> partial[warp].
 #pragma unroll
@@ -510,7 +555,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
 }
 
 // Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
-template <int kHeadTiles, int kCtaChunk>
+template <int kHeadTiles, int kCtaChunk, bool kFp8>
 cudaError_t allow_shared_memory(int bytes) {
   constexpr int kMaxDevices = 64;
   static int configured_bytes[kMaxDevices] = {};
@@ -518,57 +563,64 @@ cudaError_t allow_shared_memory(int bytes) {
   cudaError_t error = cudaGetDevice(&device);
   if (error != cudaSuccess) return error;
   if (device < kMaxDevices && bytes <= configured_bytes[device]) return cudaSuccess;
-  error = cudaFuncSetAttribute(sparse_decode_kernel<kHeadTiles, kCtaChunk>,
+  error = cudaFuncSetAttribute(sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (error == cudaSuccess && device < kMaxDevices) configured_bytes[device] = bytes;
   return error;
 }
 
-template <int kHeadTiles, int kCtaChunk>
+template <int kHeadTiles, int kCtaChunk, bool kFp8>
 struct Kernel {
   static cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
-    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, p.positions_per_split);
-    const cudaError_t error = allow_shared_memory<kHeadTiles, kCtaChunk>(bytes);
+    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, p.positions_per_split);
+    const cudaError_t error = allow_shared_memory<kHeadTiles, kCtaChunk, kFp8>(bytes);
     if (error != cudaSuccess) return error;
     const dim3 grid(kClusterSize, p.num_splits, p.num_tokens * p.head_groups);
-    sparse_decode_kernel<kHeadTiles, kCtaChunk><<<grid, kThreads, bytes, stream>>>(p);
+    sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8><<<grid, kThreads, bytes, stream>>>(p);
     return cudaGetLastError();
   }
 
   static cudaError_t max_active_clusters(int positions_per_split, int* clusters) {
-    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, positions_per_split);
-    const cudaError_t error = allow_shared_memory<kHeadTiles, kCtaChunk>(bytes);
+    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, positions_per_split);
+    const cudaError_t error = allow_shared_memory<kHeadTiles, kCtaChunk, kFp8>(bytes);
     if (error != cudaSuccess) return error;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(kClusterSize, 1, 1);
     config.blockDim = dim3(kThreads, 1, 1);
     config.dynamicSmemBytes = bytes;
-    return cudaOccupancyMaxActiveClusters(clusters, sparse_decode_kernel<kHeadTiles, kCtaChunk>, &config);
+    return cudaOccupancyMaxActiveClusters(clusters, sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8>, &config);
   }
 };
 
-// Calls `action` with the Kernel instantiation of (head_tiles, cta_chunk); cudaErrorInvalidValue for others.
-template <typename Action>
-cudaError_t dispatch(int head_tiles, int cta_chunk, Action action) {
-  if (head_tiles == 1 && cta_chunk == 16) return action(Kernel<1, 16>{});
-  if (head_tiles == 1 && cta_chunk == 32) return action(Kernel<1, 32>{});
-  if (head_tiles == 2 && cta_chunk == 16) return action(Kernel<2, 16>{});
-  if (head_tiles == 2 && cta_chunk == 32) return action(Kernel<2, 32>{});
+// Calls `action` with the Kernel instantiation of (head_tiles, cta_chunk, cache format);
+// cudaErrorInvalidValue for others.
+template <bool kFp8, typename Action>
+cudaError_t dispatch_shape(int head_tiles, int cta_chunk, Action action) {
+  if (head_tiles == 1 && cta_chunk == 16) return action(Kernel<1, 16, kFp8>{});
+  if (head_tiles == 1 && cta_chunk == 32) return action(Kernel<1, 32, kFp8>{});
+  if (head_tiles == 2 && cta_chunk == 16) return action(Kernel<2, 16, kFp8>{});
+  if (head_tiles == 2 && cta_chunk == 32) return action(Kernel<2, 32, kFp8>{});
   return cudaErrorInvalidValue;
+}
+
+template <typename Action>
+cudaError_t dispatch(int head_tiles, int cta_chunk, bool fp8, Action action) {
+  return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, action) : dispatch_shape<false>(head_tiles, cta_chunk, action);
 }
 
 }  // namespace
 
-int shared_memory_bytes(int head_tiles, int cta_chunk, int positions_per_split) {
-  return SharedLayout(head_tiles, cta_chunk, positions_per_split).total;
+int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int positions_per_split) {
+  return SharedLayout(head_tiles, cta_chunk, fp8, positions_per_split).total;
 }
 
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {
-  return dispatch(params.head_tiles, params.cta_chunk, [&](auto kernel) { return kernel.launch(params, stream); });
+  return dispatch(params.head_tiles, params.cta_chunk, params.kv_fp8 != 0,
+                  [&](auto kernel) { return kernel.launch(params, stream); });
 }
 
-cudaError_t max_active_clusters(int head_tiles, int cta_chunk, int positions_per_split, int* clusters) {
-  return dispatch(head_tiles, cta_chunk,
+cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int positions_per_split, int* clusters) {
+  return dispatch(head_tiles, cta_chunk, fp8,
                   [&](auto kernel) { return kernel.max_active_clusters(positions_per_split, clusters); });
 }
 

@@ -54,7 +54,10 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   TORCH_CHECK_VALUE(1 <= num_heads && num_heads <= kMaxHeads, "sparse_mla: argument 'q_nope' expected 1..",
                     kMaxHeads, " heads, got shape ", q_nope.sizes());
   check_tensor("q_rope", q_rope, at::kBFloat16, device, {num_tokens, num_heads, kRopeDim});
-  check_tensor("kv_cache", kv_cache, at::kBFloat16, device, {-1, kBlockSize, kSlotElems});
+  // The cache's dtype names its format: bf16 [num_blocks, 64, 576] or uint8 fp8_ds_mla [num_blocks, 64, 656].
+  const bool kv_fp8 = kv_cache.scalar_type() == at::kByte;
+  check_tensor("kv_cache", kv_cache, kv_fp8 ? at::kByte : at::kBFloat16, device,
+               {-1, kBlockSize, kv_fp8 ? kFp8SlotBytes : kSlotElems});
   check_tensor("topk_indices", topk_indices, at::kInt, device, {num_tokens, -1});
   check_tensor("req_id", req_id, at::kInt, device, {num_tokens});
   check_tensor("token_kv_len", token_kv_len, at::kInt, device, {num_tokens});
@@ -94,7 +97,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   const c10::cuda::CUDAGuard guard(device);
   int max_shared = 0;
   cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index());
-  const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk),
+  const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
                                          static_cast<int>(positions_per_split));
   TORCH_CHECK_VALUE(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
                     " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
@@ -110,6 +113,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.kv_cache = kv_cache.data_ptr();
   p.kv_block_stride = kv_cache.stride(0);
   p.kv_slot_stride = kv_cache.stride(1);
+  p.kv_fp8 = kv_fp8 ? 1 : 0;
   p.num_blocks = static_cast<int>(num_blocks);
   fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table);
   p.out = out.data_ptr();
@@ -132,12 +136,12 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
 }
 
-int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t positions_per_split) {
+int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, bool kv_fp8, int64_t positions_per_split) {
   TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2,
                     "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
   check_split_shape(cta_chunk, positions_per_split);
   int clusters = 0;
-  const cudaError_t error = max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk),
+  const cudaError_t error = max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
                                                 static_cast<int>(positions_per_split), &clusters);
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(error));
   return clusters;
@@ -154,7 +158,7 @@ TORCH_LIBRARY(sparse_mla_decode, m) {
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
       "Tensor(d!)? partial_lse, Tensor(e!)? counters, int ablate=0) -> ()");
   // No tensor argument: one kernel for every dispatch key, on the current CUDA device.
-  m.def("max_active_clusters(int head_tiles, int cta_chunk, int positions_per_split) -> int",
+  m.def("max_active_clusters(int head_tiles, int cta_chunk, bool kv_fp8, int positions_per_split) -> int",
         &sparse_mla::decode::max_active_clusters_op);
 }
 

@@ -4,12 +4,14 @@ Top-k 2048 over requests of 32k, 1.5k, 20k and 700 positions (tokens of one requ
 speculative / prefill tokens with their own causal lengths; rows of short requests hold fewer
 valid positions), -1 at the end, the start or scattered with extra holes; N in {1, 8, 16, 32, 64,
 128} and odd {7, 100}; T in {1, 2, 4, 8, 16, 33}. Invalid entries of every kind; strided queries
-and a padded cache block stride; CUDA-graph capture at padded T replayed with fewer real tokens and
+and a padded cache block stride; the fp8_ds_mla cache (against the reference on its dequantized values); CUDA-graph capture at padded T replayed with fewer real tokens and
 new contents (equal to eager); argument errors. Outputs are poisoned (NaN) before every call.
 
 Accuracy (:func:`sparse_mla.testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
 LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position.
 """
+
+import dataclasses
 
 import pytest
 import torch
@@ -148,6 +150,81 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
         eager_out, eager_lse = run_decode(static, launch, workspace)
         assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse), "replay differs from eager"
     assert torch.count_nonzero(workspace.counters) == 0, "arrival counters must be zero after every launch"
+
+
+def _fp8_case(case):
+    """``case`` on the fp8_ds_mla cache of its bf16 cache (the reference dequantizes it)."""
+    return dataclasses.replace(case, kv_cache=testing.fp8_ds_mla_kv_cache(case.kv_cache))
+
+
+@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 16), (2, 32), (1, 128), (16, 48), (33, 7)])
+def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
+    """The fp8_ds_mla cache (uint8 [num_blocks, 64, 656]) against the reference on its dequantized values,
+    with invalid entries; both CTA stage sizes (T * head groups <= 4 takes 32 positions, more take 16)."""
+    case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
+                                                 pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
+    out, lse = run_decode(case)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads}")
+
+
+@pytest.mark.parametrize("cta_chunk", decode.CTA_CHUNKS)
+def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk):
+    """Blocks apart by a NaN-filled gap (never read), 128-groups scaled from 1e-4 to 1e3 within each slot
+    and some all-zero groups (scale 0). Queries are scaled by 1e-3 so that scores stay O(1) (at 1e3 the
+    bf16 rounding of dequantized values, 2^-9 relative, would move scores of ~1e3 by whole units);
+    each column group's output is checked on its own, so the 1e-4 group is not hidden by the 1e3 one."""
+    case = testing.make_attention_case(3, 16, _device(), seed=7, pattern="scattered", drop_fraction=0.2)
+    flat = case.kv_cache.view(-1, case.kv_cache.shape[-1])
+    magnitudes = torch.tensor([1e-4, 1e-1, 1e1, 1e3], device=flat.device)
+    groups = flat[:, :512].float().view(-1, 4, 128) * magnitudes[None, :, None]
+    groups[::5, 2] = 0  # an all-zero group in every fifth slot
+    flat[:, :512] = groups.view(-1, 512).to(torch.bfloat16)
+    case.q_nope.mul_(1e-3)
+    case = dataclasses.replace(case, kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(case.kv_cache), 32))
+    planned = decode.plan(3, 16, _num_sms())
+    granule = decode.CLUSTER_SIZE * cta_chunk
+    positions = -(-INDEX_TOPK // 4 // granule) * granule
+    launch = decode.DecodePlan(3, 16, planned.head_tiles, cta_chunk, planned.head_groups, -(-INDEX_TOPK // positions),
+                               positions)
+    out, lse = run_decode(case, launch)
+    ref_out, ref_lse = case.reference()
+    testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"fp8 padded, stage {cta_chunk}")
+    for g in range(4):
+        cols = slice(128 * g, 128 * g + 128)
+        err = testing.relative_error(out[..., cols], ref_out[..., cols])
+        assert err < 1e-2, f"column group {g} (magnitude {magnitudes[g]:.0e}): rel err {err:.3e}"
+
+
+def test_fp8_ds_mla_cuda_graph_replays_new_contents():
+    """Captured once, replayed on a re-quantized cache and new indices with fewer real tokens."""
+    device = _device()
+    static = _fp8_case(testing.make_attention_case(4, 16, device, seed=11))
+    launch = decode.plan(4, 16, _num_sms())
+    workspace = decode.DecodeWorkspace.for_plans([launch], device)
+    out, lse = testing.poisoned_outputs(4, 16, device)
+
+    def call():
+        decode.sparse_mla_decode(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    fresh = _fp8_case(testing.make_attention_case(4, 16, device, seed=12, pattern="start", drop_fraction=0.3))
+    fresh.req_id[3:] = 0
+    fresh.token_kv_len[3:] = 0
+    for dst, src in zip(static.inputs(), fresh.inputs()):
+        dst.copy_(src)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    testing.assert_attention_close(out, lse, *static.reference(), what="fp8 replay")
+    assert (out[3:] == 0).all() and torch.isneginf(lse[3:]).all()
 
 
 def test_bad_arguments_raise_naming_the_argument():

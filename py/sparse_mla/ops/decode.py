@@ -209,6 +209,8 @@ class DecodeWorkspace:
 def max_active_clusters(head_tiles: int, cta_chunk: int, positions_per_split: int, device_index: int) -> int:
     """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
     (``cudaOccupancyMaxActiveClusters``; cached). Pass it to :func:`plan` as ``cluster_capacity``.
+    Counted for the bf16 cache's kernel: the fp8_ds_mla one stages 656-byte rows in less shared
+    memory, so at least as many of its clusters fit and one plan serves both formats.
 
     Raises
     ------
@@ -222,7 +224,7 @@ def max_active_clusters(head_tiles: int, cta_chunk: int, positions_per_split: in
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
     with torch.cuda.device(device_index):
-        return torch.ops.sparse_mla_decode.max_active_clusters(head_tiles, cta_chunk, positions_per_split)
+        return torch.ops.sparse_mla_decode.max_active_clusters(head_tiles, cta_chunk, False, positions_per_split)
 
 
 def cluster_capacity(device_index: int) -> Callable[[int, int, int], int]:
@@ -272,8 +274,10 @@ def sparse_mla_decode(
         `[T, N, 512]` and `[T, N, 64]` bf16 on one Hopper GPU; last dimension contiguous, other
         strides even (views of a fused `[T, N, 576]` query are fine).
     kv_cache : torch.Tensor
-        `[num_blocks, 64, 576]` bf16, slot elements contiguous; block and slot strides multiples of 8
-        elements (a padded block stride is fine).
+        `[num_blocks, 64, 576]` bf16, or the fp8_ds_mla cache `[num_blocks, 64, 656]` uint8
+        (:mod:`sparse_mla.fp8_ds_mla`, dequantized in the kernel: each gathered chunk is converted in
+        registers into the bf16 operand tile in shared memory, never a copy of the cache); slot elements
+        contiguous; block and slot strides multiples of 16 bytes (a padded block stride is fine).
     topk_indices : torch.Tensor
         `[T, topk]` int32 request-local positions; ``-1``, positions ``>= token_kv_len``, past the
         block table or in blocks outside ``[0, num_blocks)`` are skipped, never read.

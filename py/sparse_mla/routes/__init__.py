@@ -34,6 +34,9 @@ from sparse_mla.routes import decode_route, fa3_route, triton_route
 BF16_ONLY = frozenset({kv_cache_format.BF16.name})
 """``cache_formats`` of a route that reads only the bf16 cache."""
 
+ALL_FORMATS = frozenset(fmt.name for fmt in kv_cache_format.FORMATS)
+"""``cache_formats`` of a route that reads every cache format (bf16 and fp8_ds_mla)."""
+
 
 def _nothing_to_prepare(plan: Any, workspace: Any, metadata: Any) -> None:
     """``prepare`` of a route without per-step device work."""
@@ -67,8 +70,7 @@ ROUTES: Dict[str, Route] = {
         run=decode_route.run,
         is_available=decode_route.is_available,
         fallback="fa3",
-        # bf16 only for now: the decode kernel's fp8_ds_mla support adds kv_cache_format.FP8_DS_MLA.name here.
-        cache_formats=BF16_ONLY,
+        cache_formats=ALL_FORMATS,
     ),
     "fa3": Route(
         name="fa3",
@@ -85,7 +87,7 @@ ROUTES: Dict[str, Route] = {
         make_workspace=triton_route.make_workspace,
         run=triton_route.run,
         runs_on_cpu=True,
-        cache_formats=frozenset({kv_cache_format.BF16.name, kv_cache_format.FP8_DS_MLA.name}),
+        cache_formats=ALL_FORMATS,
     ),
 }
 """Every route, by routing-table name; on a timing tie the routing table prefers the earlier one
