@@ -409,12 +409,10 @@ def test_forward_rejects_a_cache_of_another_format(builder_dtype, route, change,
         SparseMLAImpl(4, kv_cache_dtype="fp8_ds_mla").forward(**args)
 
 
-@pytest.mark.parametrize("route", ["decode", "fa3"])
-def test_builder_refuses_a_route_that_cannot_read_fp8(route):
-    message = (f"argument 'route' expected a route that reads the fp8_ds_mla cache (one of ('triton',)), "
-               f"got {route!r}")
+def test_builder_refuses_a_route_that_cannot_read_fp8():
+    message = "argument 'route' expected a route that reads the fp8_ds_mla cache (one of ('decode', 'triton')), got 'fa3'"
     with pytest.raises(ValueError, match=re.escape(message)):
-        SparseMLAMetadataBuilder(8, CPU, NUM_HEADS, route=route, kv_cache_dtype="fp8_ds_mla")
+        SparseMLAMetadataBuilder(8, CPU, NUM_HEADS, route="fa3", kv_cache_dtype="fp8_ds_mla")
     with pytest.raises(ValueError, match=re.escape("argument 'kv_cache_dtype' expected one of ['auto', 'bfloat16', "
                                                    "'fp8_ds_mla'], got 'fp8'")):
         SparseMLAMetadataBuilder(8, CPU, NUM_HEADS, kv_cache_dtype="fp8")
