@@ -6,7 +6,10 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [test] [bench] [host_time] [ablate] [decode] [memcheck] [-- extra bench flags]
+# Usage: tools/gpu_routine.sh [build] [test] [gpu_test] [libs] [bench] [host_time] [ablate] [decode] [memcheck]
+#        [-- extra bench flags]
+#   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
+#   libs: copies the built op libraries to $OUT/libs (carry them to a later call: SPARSE_MLA_*_LIBRARY).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   ablate: the decode kernel with each stage left out (cluster merge, gather, split merge, all) at N 16/128, T 1/16.
 #   decode: builds only our decode kernel's library (no FA3: seconds, not minutes), runs its GPU tests
@@ -57,6 +60,21 @@ for step in "${steps[@]}"; do
       tar czf "$out/testlogs.tar.gz" -C bazel-testlogs tests
       python3 tools/ci/junit_summary.py bazel-testlogs | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    gpu_test)
+      "$bazel" test "${flags[@]}" --test_tag_filters=gpu //tests/... //examples/... 2>&1 | tail -30
+      rc=${PIPESTATUS[0]}
+      echo "gpu_test: rc=$rc" | tee -a "$out/summary.txt"
+      for log in bazel-testlogs/tests/*/test.log bazel-testlogs/examples/*/test.log; do
+        [ -f "$log" ] || continue
+        name=$(basename "$(dirname "$log")")
+        echo "  $name: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)" | tee -a "$out/summary.txt"
+      done
+      tar czf "$out/testlogs.tar.gz" -C bazel-testlogs .
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    libs)
+      mkdir -p "$out/libs" && cp -f bazel-bin/cc/libsparse_mla_*.so "$out/libs/" && ls -la "$out/libs" | tee -a "$out/summary.txt"
       ;;
     bench)
       mkdir -p "$out/bench"
