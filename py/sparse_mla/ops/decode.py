@@ -50,9 +50,10 @@ the H200 (results/2026-11-30-h200/decode_plan.md), 32 is faster for small grids 
 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs 48.2), where its smaller
 ring lets two CTAs share an SM."""
 
-WAVE_COST_IN_POSITIONS = 192
-"""A wave's fixed cost in positions per CTA: the kernel's index translation, first gather and merges
-take ~5 µs of a wave, a CTA ~0.4 µs per 16 positions (per-CTA clock stamps on the H200)."""
+WAVE_COST_IN_POSITIONS = 64
+"""A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
+~5 µs of a wave, a CTA ~1.3 µs per 16 positions once its ring is full (per-CTA clock stamps on the
+H200, N = 16, T = 1 and 16: results/2026-11-30-h200/decode_kernel_iterations/trace_slices_p1.txt)."""
 
 
 @dataclasses.dataclass(frozen=True)
