@@ -1,6 +1,8 @@
 """Routing between the routes of sparse_mla.routes: the checked-in table, its lookup, the fallbacks."""
 
+import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -29,20 +31,63 @@ def test_lookup_takes_the_next_measured_point(num_heads, num_tokens, expected):
     assert routing.lookup(TABLE, num_heads, num_tokens) == expected
 
 
-def test_checked_in_table_is_complete_and_has_provenance():
-    heads, tokens, kernel = routing.load_table()
-    assert heads and tokens and set(kernel) == set(heads)
+def test_checked_in_table_has_a_complete_grid_per_cache_format_with_provenance():
     with open(routing.ROUTING_TABLE) as f:
-        provenance = json.load(f)["provenance"]
-    for key in ("date", "gpu", "driver", "torch", "triton", "git", "source", "rule"):
-        assert provenance.get(key), f"routing table provenance expected '{key}', got {provenance}"
+        grids = json.load(f)
+    assert sorted(grids) == sorted(routing.CACHE_FORMATS) == ["bfloat16", "fp8_ds_mla"]
+    for cache_format in routing.CACHE_FORMATS:
+        heads, tokens, kernel = routing.load_table(cache_format=cache_format)  # raises on a route that cannot read it
+        assert heads and tokens and set(kernel) == set(heads), cache_format
+        provenance = grids[cache_format]["provenance"]
+        measured = ("date", "gpu", "driver", "torch", "triton", "git", "source", "rule")
+        if provenance.get("note") == "not measured yet":  # the fp8_ds_mla grid until a bench run writes it
+            assert cache_format != "bfloat16" and provenance.get("source"), provenance
+            assert {k for row in kernel.values() for k in row} == {"triton"}, "an unmeasured grid names Triton only"
+            continue
+        for key in measured:
+            assert provenance.get(key), f"{cache_format} provenance expected '{key}', got {provenance}"
+    assert routing.load_table() == routing.load_table(cache_format="bfloat16"), "the default grid is bf16's"
+
+
+def _write_grids(path, grids):
+    path.write_text(json.dumps({name: {"heads": [16], "tokens": [1, 2], "kernel": {"16": row}}
+                                for name, row in grids.items()}))
+    return str(path)
 
 
 def test_rejects_a_malformed_table(tmp_path):
-    path = tmp_path / "table.json"
-    path.write_text(json.dumps({"heads": [16], "tokens": [1, 2], "kernel": {"16": ["fa3", "flashmla"]}}))
-    with pytest.raises(ValueError, match=r"row N=16 expected 2 entries of \(" + ", ".join(repr(r) for r in ROUTES) + r"\)"):
-        routing.load_table(str(path))
+    path = _write_grids(tmp_path / "table.json", {"bfloat16": ["fa3", "flashmla"]})
+    with pytest.raises(ValueError, match=r"bfloat16 row N=16 expected 2 entries of \(" + ", ".join(repr(r) for r in ROUTES) + r"\)"):
+        routing.load_table(path)
+    with pytest.raises(ValueError, match=r"expected a grid for the fp8_ds_mla cache, got \['bfloat16'\]"):
+        routing.load_table(path, "fp8_ds_mla")
+    with pytest.raises(ValueError, match=r"argument 'cache_format' expected one of \('bfloat16', 'fp8_ds_mla'\), got 'fp8'"):
+        routing.load_table(path, "fp8")
+
+
+def test_rejects_a_grid_naming_a_route_that_cannot_read_its_format(tmp_path):
+    path = _write_grids(tmp_path / "table.json", {"bfloat16": ["fa3", "triton"], "fp8_ds_mla": ["triton", "fa3"]})
+    assert routing.load_table(path, "bfloat16")[2] == {16: ["fa3", "triton"]}
+    readers = tuple(name for name, r in ROUTES.items() if "fp8_ds_mla" in r.cache_formats)
+    with pytest.raises(ValueError, match=r"fp8_ds_mla row N=16 expected 2 entries of " + re.escape(str(readers))):
+        routing.load_table(path, "fp8_ds_mla")
+
+
+def test_write_table_replaces_one_format_and_keeps_the_others(tmp_path):
+    path = str(tmp_path / "table.json")
+    bf16 = ([16, 64], [1, 8], {16: ["decode", "fa3"], 64: ["fa3", "triton"]})
+    fp8 = ([16], [1, 8, 64], {16: ["triton", "triton", "triton"]})
+    routing.write_table(bf16, {"source": "first"}, path)  # the default format: bf16
+    routing.write_table(fp8, {"source": "second"}, path, "fp8_ds_mla")
+    assert routing.load_table(path) == bf16 and routing.load_table(path, "fp8_ds_mla") == fp8
+    new_bf16 = ([16], [1], {16: ["triton"]})
+    routing.write_table(new_bf16, {"source": "third"}, path, "bfloat16")  # clears load_table's cache
+    assert routing.load_table(path) == new_bf16 and routing.load_table(path, "fp8_ds_mla") == fp8
+    with open(path) as f:
+        grids = json.load(f)
+    assert list(grids) == ["bfloat16", "fp8_ds_mla"]
+    assert grids["fp8_ds_mla"]["provenance"] == {"source": "second", "rule": routing.TABLE_RULE}
+    assert grids["bfloat16"]["provenance"] == {"source": "third", "rule": routing.TABLE_RULE}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of machines without FA3")
@@ -63,12 +108,13 @@ def test_cpu_tensors_take_a_route_that_runs_on_the_cpu():
     assert routing.choose_route(16, 1, "cpu") == "triton"
 
 
-def test_routes_up_to_lists_every_route_of_the_range():
-    heads, tokens, _ = routing.load_table()
+@pytest.mark.parametrize("cache_format", routing.CACHE_FORMATS)
+def test_routes_up_to_lists_every_route_of_the_range(cache_format):
     for n in (16, 128):
         for max_tokens in (1, 3, 64, 5000):
-            expected = {routing.choose_route(n, t) for t in range(1, max_tokens + 1)}
-            assert set(routing.routes_up_to(n, max_tokens)) == expected, f"N={n} max T={max_tokens}"
+            expected = {routing.choose_route(n, t, cache_format=cache_format) for t in range(1, max_tokens + 1)}
+            got = routing.routes_up_to(n, max_tokens, cache_format=cache_format)
+            assert set(got) == expected, f"{cache_format} N={n} max T={max_tokens}"
 
 
 def test_table_from_timings_takes_the_fastest_route():
@@ -83,21 +129,57 @@ def test_table_from_timings_takes_the_fastest_route():
     assert (heads, tokens) == ([16, 64], [1, 8])
     assert route == {16: ["triton", "fa3"], 64: ["triton", "fa3"]}
     assert list(ROUTES).index("fa3") < list(ROUTES).index("triton")
+    with pytest.raises(ValueError, match=r"times routes that cannot read the fp8_ds_mla cache: \['fa3'\]"):
+        routing.table_from_timings(us, "fp8_ds_mla")
 
+
+def test_bench_columns_keep_the_bf16_names_and_mark_fp8():
+    assert routing.bench_column("triton") == routing.bench_column("triton", "bfloat16") == "triton"
+    assert routing.bench_column("decode", "fp8_ds_mla") == "decode_fp8"
+    assert routing.bench_column("routed", "fp8_ds_mla") == "routed_fp8"
+
+
+def _bench_rows():
+    """Rows as csv.DictReader gives them from a bench.csv: strings, "nan" where a path failed."""
+    rows = []
+    for n, t, fa3_us, triton_us, decode_fp8_us, triton_fp8_us in (
+        (16, 1, "20.0", "18.0", "9.0", "15.0"),
+        (16, 8, "24.0", "30.0", "nan", "26.0"),
+    ):
+        rows.append({"N": str(n), "T": str(t), "fa3_us": fa3_us, "triton_us": triton_us, "routed_us": "1.0",
+                     "fa3_kernel_us": "1.0", "decode_fp8_us": decode_fp8_us, "triton_fp8_us": triton_fp8_us,
+                     "routed_fp8_us": "1.0"})
+    return rows
+
+
+def test_table_from_bench_rows_takes_each_format_from_its_columns(monkeypatch):
+    rows = _bench_rows()
+    assert routing.table_from_bench_rows(rows) == ([16], [1, 8], {16: ["triton", "fa3"]})
+    if "fp8_ds_mla" not in ROUTES["decode"].cache_formats:
+        assert routing.table_from_bench_rows(rows, "fp8_ds_mla") is None, "one route reads fp8: nothing to choose"
+        monkeypatch.setitem(ROUTES, "decode", dataclasses.replace(
+            ROUTES["decode"], cache_formats=frozenset({"bfloat16", "fp8_ds_mla"})))  # as once the kernel reads it
+    assert routing.table_from_bench_rows(rows, "fp8_ds_mla") == ([16], [1, 8], {16: ["decode", "triton"]})
+    for row in rows:
+        row["decode_fp8_us"] = "nan"  # the decode op rejected the uint8 cache: not timed
+    assert routing.table_from_bench_rows(rows, "fp8_ds_mla") is None
+    assert routing.table_from_bench_rows([{"N": "16", "T": "1", "triton_us": "3.0"}]) is None, "old CSV, one route"
 
 
 def test_fp8_ds_mla_steps_take_a_route_that_reads_the_format():
-    """FA3 reads the bf16 cache only, the decode kernel and Triton both: fp8_ds_mla steps never take FA3,
-    CPU tensors always take Triton, for every step size."""
-    assert ROUTES["triton"].cache_formats == {"bfloat16", "fp8_ds_mla"}
+    """FA3 reads the bf16 cache only, the decode kernel and Triton both: fp8_ds_mla steps take the fp8 grid's
+    route where it serves them, else its fallback that does, on any machine, for every step size; CPU
+    tensors take Triton."""
+    assert ROUTES["triton"].cache_formats == {"bfloat16", "fp8_ds_mla"} and ROUTES["fa3"].cache_formats == {"bfloat16"}
     assert ROUTES["decode"].cache_formats == {"bfloat16", "fp8_ds_mla"}
-    assert ROUTES["fa3"].cache_formats == {"bfloat16"}
+    fp8_grid = routing.load_table(cache_format="fp8_ds_mla")
     for device_type in ("cuda", "cpu"):
         for name in ROUTES:
-            taken = routing.runnable(name, device_type, "fp8_ds_mla")
-            assert "fp8_ds_mla" in ROUTES[taken].cache_formats
-            assert device_type == "cuda" or taken == "triton"
-            assert not routing.serves(name, device_type, "fp8_ds_mla") or name != "fa3"
+            chosen = routing.runnable(name, device_type, "fp8_ds_mla")
+            assert routing.serves(chosen, device_type, "fp8_ds_mla") and "fp8_ds_mla" in ROUTES[chosen].cache_formats
+        assert routing.runnable("fa3", device_type, "fp8_ds_mla") == "triton"
         for num_heads, num_tokens in ((16, 1), (64, 8), (128, 1024)):
-            assert routing.choose_route(num_heads, num_tokens, device_type, "fp8_ds_mla") != "fa3"
+            expected = routing.runnable(routing.lookup(fp8_grid, num_heads, num_tokens), device_type, "fp8_ds_mla")
+            assert routing.choose_route(num_heads, num_tokens, device_type, "fp8_ds_mla") == expected
         assert "fa3" not in routing.routes_up_to(128, 8192, device_type, "fp8_ds_mla")
+    assert routing.routes_up_to(128, 8192, "cpu", "fp8_ds_mla") == ["triton"]

@@ -1,4 +1,5 @@
-"""Sparse-MLA benchmark on one GPU: the FA3 path, the fused Triton kernel and the routed backend.
+"""Sparse-MLA benchmark on one GPU: the FA3 path, the fused Triton kernel, the decode kernel and the routed
+backend, on the bf16 and the fp8_ds_mla KV cache.
 
 ``bazel run //tools:bench -- --out_dir=DIR [--heads=16,128] [--tokens=1,8] [--paths=triton]``
 
@@ -11,14 +12,30 @@ CUDA-graph replay after warm-up, the median µs per call of
 * ``routed``: ``sparse_mla.backend.SparseMLAImpl.forward`` as routed by ``sparse_mla.routing``;
 * ``fa3_kernel``: the bare FA3 call of the FA3 route on a page table converted once, outside the
   timed graph, with the backend's split count (``routed - fa3_kernel`` = the backend's overhead);
+* ``decode``: the decode kernel alone (``sparse_mla.ops.decode``), with its plan for the point;
 
 and the bound ``max(bytes / 4.3 TB/s, FLOPs / 790 TFLOP/s)`` with ``bytes = T·topk·1152 + q + out``
 and ``FLOPs = 2·T·N·topk·(576 + 512)``. One replayed graph runs the call on several copies of the
 inputs in turn (all drawing rows from one large cache), so that the rows of a call are not in the
-L2 from the previous one. It prints a line per point and a table, and writes ``bench.csv`` and
-``bench.png`` (µs vs T, one panel per N) into ``--out_dir``, each stamped with the date, GPU,
-driver, torch / triton versions and git revision. With ``--check`` each path's output is also
-compared with the fp32 reference.
+L2 from the previous one (the copies together touch at least 4x the L2 in rows of the narrowest format timed).
+It prints a line per point and a table, and writes ``bench.csv`` and ``bench.png`` (µs vs T, one panel per N)
+into ``--out_dir``, each stamped with the date, GPU, driver, torch / triton versions and git revision. With
+``--check`` each path's output is also compared with the fp32 reference
+(``sparse_mla.reference.sparse_mla_reference``) on the cache it read: on the fp8_ds_mla cache that reference
+dequantizes the gathered slots, so ``*_fp8_relerr`` is the kernel's error alone, not the quantization's.
+
+Each path runs on each format of ``--cache_formats`` it can read (default both): the bf16 cache
+``[num_blocks, 64, 576]`` and the fp8_ds_mla cache ``[num_blocks, 64, 656]`` uint8, which is the bf16 cache
+quantized by ``sparse_mla.fp8_ds_mla.quantize_slots`` before any timing (same values up to the quantization,
+same inputs). ``fa3`` and ``fa3_kernel`` read bf16 only; ``triton``, ``decode`` and ``routed`` read both. A
+path's bf16 columns keep their names (``triton_us``, ``triton_relerr``, ``triton_over_bound``: results of
+earlier runs stay comparable), its fp8_ds_mla columns end in ``_fp8`` (``triton_fp8_us``, ``decode_fp8_us``,
+``routed_fp8_us``, ...; ``sparse_mla.routing.bench_column``). The fp8 bound ``bound_fp8_us`` counts 656 bytes
+per gathered position instead of 1152 (512 fp8 values, 4 fp32 scales and 64 bf16 k_rope values: what a
+kernel must read), the same FLOPs (the dequantized values enter bf16 matrix products); the ``_fp8_over_bound``
+columns divide by it. ``route`` and ``route_fp8`` name the route the routing table picks per format. A path
+that fails on a format (e.g. a decode op that rejects the uint8 cache) leaves its columns empty (NaN) and
+is named, with the reason, in the notes printed after the table.
 
 ``--sweep`` instead times the Triton kernel over a grid of launch configurations at the
 ``--sweep_points`` and prints the best configuration per point (and ``sweep.csv``). Kernels are
@@ -40,13 +57,18 @@ shared memory, wgmma / mma.sync / cp.async counts in the PTX).
 of ``--fa3_splits``): FA3 runs without the step's precomputed scheduler metadata, i.e. with its own
 scheduling kernel on every call, as before the plan existed; the difference is what the shared metadata buys.
 
-``--host_time`` measures host time instead: eager µs per call of ``SparseMLAMetadataBuilder.build`` and of
+``--host_time`` (bf16 cache only) measures host time instead: eager µs per call of ``SparseMLAMetadataBuilder.build`` and of
 ``SparseMLAImpl.forward`` on each route at the ``--host_time_points``, next to a bare ``x.add_(1)`` on the
 same device in the same run, with their ratios (issue 7's targets: forward <= 3x, build <= 5x), written to
 ``host_time.csv``. Each measurement times ``--host_time_calls`` back-to-back calls (fewer launches than the
 GPU's queue holds, so the host is what is timed) and reports the median of ``--host_time_repeats``. Without a
 CUDA device it runs on the CPU with ``T = 0`` (every check, the dispatch and the plan lookup, no kernel: the
 Triton interpreter would otherwise dominate).
+
+``--write_routing_table``: after the first pass over the grid, each format's grid of
+``py/sparse_mla/routing_table.json`` is rewritten from its columns (bf16 from ``<route>_us``, fp8_ds_mla from
+``<route>_fp8_us``, ``sparse_mla.routing.table_from_bench_rows``), where at least two routes that read the
+format were timed; then ``routed`` (and ``routed_fp8``) run with the new table.
 
 ``--sweep``, ``--ablate``, ``--fa3_splits`` and ``--host_time`` can be combined in one run; the grid runs when
 none is given.
@@ -71,7 +93,7 @@ from absl import app, flags
 import torch
 import triton
 
-from sparse_mla import reference, routing, testing
+from sparse_mla import kv_cache_format, reference, routing, testing
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
@@ -90,6 +112,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
 flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"], "Query tokens T of the grid.")
 flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
+flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
+                  "Grid: KV-cache formats each path is timed on where it reads them (bfloat16, fp8_ds_mla).")
 flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge, 2 gather, 4 split merge; wrong results).")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
@@ -103,8 +127,8 @@ flags.DEFINE_enum("block_placement", "random", ["random", "contiguous"],
                   "Cache blocks of a request: a random permutation of the cache (an engine after churn) or "
                   "consecutive (a fresh engine).")
 flags.DEFINE_bool("write_routing_table", False,
-                  "Grid: after timing fa3 and triton at every point, write py/sparse_mla/routing_table.json from them "
-                  "(the faster per point), then time 'routed' with that table.")
+                  "Grid: after timing the routes at every point, write each cache format's grid of "
+                  "py/sparse_mla/routing_table.json from them (the fastest per point), then time 'routed' with it.")
 flags.DEFINE_string("git_revision", "", "Revision to record; empty: ask git (machines given a copy without .git need this).")
 flags.DEFINE_bool("check", True, "Compare each path's output with the fp32 reference (rel err in the CSV).")
 flags.DEFINE_integer("precompile_workers", min(os.cpu_count() or 1, 16), "Processes compiling Triton kernels ahead; 0 = off.")
@@ -146,7 +170,15 @@ MAX_COPIES = 64
 CACHE_CHUNK_BLOCKS = 16384
 """The cache is filled 16384 blocks (1.1 GiB) at a time, bounding the fp32 temporary of its generator."""
 
-PATHS = ("fa3", "fa3_kernel", "triton", "decode", "routed")
+PATH_FORMATS = {
+    "fa3": (kv_cache_format.BF16,),
+    "fa3_kernel": (kv_cache_format.BF16,),
+    "triton": kv_cache_format.FORMATS,
+    "decode": kv_cache_format.FORMATS,
+    "routed": kv_cache_format.FORMATS,
+}
+"""Every path of the grid, and the cache formats it is timed on (the decode kernel may still reject the
+fp8_ds_mla cache: its columns are then empty, with a note)."""
 
 RELERR_LIMIT = 1e-2
 """A sweep configuration whose output is further than this from the fp32 reference is not a candidate."""
@@ -166,19 +198,23 @@ class Copy:
     out: torch.Tensor  # [T, N, 512] bf16
 
 
-def call_bytes(num_tokens: int, num_heads: int, topk: int) -> int:
-    """Bytes one call must move: the gathered KV rows, the queries and the output."""
-    rows = num_tokens * topk * KV_CACHE_HEAD_SIZE * 2
+def call_bytes(num_tokens: int, num_heads: int, topk: int, slot_bytes: int = kv_cache_format.BF16.slot_bytes) -> int:
+    """Bytes one call must move: the gathered KV rows (``slot_bytes`` each: 1152 bf16, 656 fp8_ds_mla), the
+    bf16 queries and the bf16 output."""
+    rows = num_tokens * topk * slot_bytes
     return rows + num_tokens * num_heads * (KV_CACHE_HEAD_SIZE + KV_LORA_RANK) * 2
 
 
-def bound_us(num_tokens: int, num_heads: int, topk: int) -> float:
+def bound_us(num_tokens: int, num_heads: int, topk: int, slot_bytes: int = kv_cache_format.BF16.slot_bytes) -> float:
+    """µs of a call at the H200's bandwidth or tensor-core peak, whichever binds (the FLOPs do not depend on
+    the cache format: fp8 values are dequantized into the same bf16 products)."""
     flops = 2 * num_tokens * num_heads * topk * (KV_CACHE_HEAD_SIZE + KV_LORA_RANK)
-    return max(call_bytes(num_tokens, num_heads, topk) / BANDWIDTH_BYTES_PER_S, flops / PEAK_FLOPS) * 1e6
+    return max(call_bytes(num_tokens, num_heads, topk, slot_bytes) / BANDWIDTH_BYTES_PER_S, flops / PEAK_FLOPS) * 1e6
 
 
-def num_copies(num_tokens: int, topk: int, l2_bytes: int) -> int:
-    rows = num_tokens * topk * KV_CACHE_HEAD_SIZE * 2
+def num_copies(num_tokens: int, topk: int, l2_bytes: int, slot_bytes: int = kv_cache_format.BF16.slot_bytes) -> int:
+    """Input copies whose gathered rows of ``slot_bytes`` each touch :data:`ROTATION_L2_MULTIPLE` x the L2."""
+    rows = num_tokens * topk * slot_bytes
     return max(1, min(MAX_COPIES, math.ceil(ROTATION_L2_MULTIPLE * l2_bytes / rows)))
 
 
@@ -210,6 +246,18 @@ def make_cache(num_blocks: int, gen: torch.Generator) -> torch.Tensor:
     return cache
 
 
+def quantized_cache(kv_cache: torch.Tensor) -> torch.Tensor:
+    """The fp8_ds_mla cache `[num_blocks, 64, 656]` uint8 of the bf16 ``kv_cache``, every slot quantized by
+    :func:`sparse_mla.testing.fp8_ds_mla_kv_cache` (the host quantizer), :data:`CACHE_CHUNK_BLOCKS` blocks at a
+    time to bound its fp32 temporaries."""
+    fp8 = kv_cache_format.FP8_DS_MLA
+    cache = torch.empty(kv_cache.shape[0], *fp8.block_shape, dtype=fp8.dtype, device=kv_cache.device)
+    for start in range(0, kv_cache.shape[0], CACHE_CHUNK_BLOCKS):
+        stop = min(start + CACHE_CHUNK_BLOCKS, kv_cache.shape[0])
+        cache[start:stop] = testing.fp8_ds_mla_kv_cache(kv_cache[start:stop])
+    return cache
+
+
 def reference_out(copy: Copy, kv_cache: torch.Tensor) -> torch.Tensor:
     b = copy.batch
     slot_ids = reference.global_slot_ids_reference(b.topk_indices, b.req_id, b.token_kv_len, b.block_table, kv_cache.shape[0])
@@ -222,11 +270,12 @@ def reference_out(copy: Copy, kv_cache: torch.Tensor) -> torch.Tensor:
 
 
 def build_step(c: "Copy", kv_cache: torch.Tensor, route: Optional[str]):
-    """The backend's metadata of a copy's batch on ``route`` (``None``: the routing table's), with FA3's step
-    scheduler metadata dropped under ``--nofa3_scheduler_metadata``."""
+    """The backend's metadata of a copy's batch on ``route`` (``None``: the routing table's) for the format of
+    ``kv_cache``, with FA3's step scheduler metadata dropped under ``--nofa3_scheduler_metadata``."""
     b = c.batch
+    cache_format = kv_cache_format.format_of_cache("kv_cache", kv_cache).name
     builder = SparseMLAMetadataBuilder(b.num_tokens, kv_cache.device, c.q_nope.shape[1], index_topk=FLAGS.topk,
-                                       route=route)
+                                       route=route, kv_cache_dtype=cache_format)
     metadata = builder.build(0, testing.common_metadata(b))
     if metadata.route.name == "fa3" and not FLAGS.fa3_scheduler_metadata:
         metadata = dataclasses.replace(metadata, prepared=dataclasses.replace(metadata.prepared, scheduler_metadata=None))
@@ -272,7 +321,8 @@ def path_calls(
     path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None, ablate: Sequence[str] = (),
     fa3_splits: Optional[int] = None,
 ) -> List[Callable[[], None]]:
-    """One zero-argument call per copy; metadata is built here, outside the timed graph."""
+    """One zero-argument call per copy on ``kv_cache`` (either format); metadata is built here, outside the
+    timed graph."""
     calls = []
     num_heads = copies[0].q_nope.shape[1]
     for c in copies:
@@ -290,7 +340,8 @@ def path_calls(
             calls.append(decode_call(c, kv_cache))
         else:  # "fa3": the backend on the FA3 route; "routed": as the routing table says
             builder, metadata = build_step(c, kv_cache, "fa3" if path == "fa3" else None)
-            impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE)
+            impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE,
+                                 kv_cache_dtype=kv_cache_format.format_of_cache("kv_cache", kv_cache).name)
             calls.append(
                 lambda c=c, b=b, impl=impl, metadata=metadata, builder=builder: impl.forward(
                     (c.q_nope, c.q_rope), kv_cache, metadata, b.topk_indices, output=c.out
@@ -329,9 +380,14 @@ def time_graph(calls: Sequence[Callable[[], None]]) -> float:
 # Ahead-of-time compilation (Triton's on-disk cache), in worker processes
 
 
-def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig], Tuple[str, ...]]) -> str:
+CompileJob = Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig], Tuple[str, ...], str]
+"""``(T, N, topk, max_blocks, config, ablate, cache format name)`` of one Triton kernel variant to compile."""
+
+
+def _compile_job(job: CompileJob) -> str:
     """Run the kernel once on dummy inputs with the benchmark's shapes and strides (same compiled variant)."""
-    num_tokens, num_heads, topk, max_blocks, config, ablate = job
+    num_tokens, num_heads, topk, max_blocks, config, ablate, cache_format = job
+    cache_format = kv_cache_format.format_of_kv_cache_dtype(cache_format)
     device = torch.device("cuda")
     gen = testing.make_generator(device, 0)
     q_nope, q_rope = testing.make_queries(num_tokens, num_heads, device, gen)
@@ -339,7 +395,7 @@ def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.Launch
     try:
         triton_attention.sparse_mla_attention(
             q_nope, q_rope,
-            torch.zeros(1, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=device),
+            torch.zeros(1, *cache_format.block_shape, dtype=cache_format.dtype, device=device),
             torch.full((num_tokens, topk), -1, **int32), torch.zeros(num_tokens, **int32),
             torch.zeros(num_tokens, **int32), torch.zeros(num_tokens, max_blocks, **int32),
             DEEPSEEK_V32_SOFTMAX_SCALE, config=config, _ablate=ablate,
@@ -350,17 +406,16 @@ def _compile_job(job: Tuple[int, int, int, int, Optional[triton_attention.Launch
         return f"{config}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
 
 
-def precompile(jobs: List[tuple], num_sms: int) -> None:
-    """Compile each distinct kernel variant of ``jobs`` (``(T, N, topk, max_blocks, config, ablate)``)
-    once, in parallel worker processes."""
+def precompile(jobs: List[CompileJob], num_sms: int) -> None:
+    """Compile each distinct kernel variant of ``jobs`` once, in parallel worker processes."""
     if FLAGS.precompile_workers <= 0 or not jobs:
         return
     distinct = {}
     for job in jobs:  # the kernel does not specialize on sizes: one compiled variant per configuration
-        num_tokens, num_heads, topk, _, config, ablate = job
+        num_tokens, num_heads, topk, _, config, ablate, cache_format = job
         config = config or triton_attention.default_launch_config(num_tokens, num_heads, num_sms, topk)
         plan = triton_attention.plan_launch(num_heads, topk, config)
-        distinct.setdefault((config, plan, tuple(ablate)), job)
+        distinct.setdefault((config, plan, tuple(ablate), cache_format), job)
     jobs = list(distinct.values())
     start = datetime.datetime.now()
     ctx = multiprocessing.get_context("spawn")
@@ -438,17 +493,21 @@ def fmt(x: Optional[float], digits: int = 1) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
-def print_table(rows: List[dict], paths: Sequence[str]) -> None:
-    header = ["N", "T", "bound"] + [f"{p} µs" for p in paths] + [f"{p}/bound" for p in paths]
-    print("\n" + " | ".join(f"{h:>12}" for h in header))
+def print_table(rows: List[dict], columns: Sequence[str], bounds: Sequence[str]) -> None:
+    """One line per point: the ``bounds`` (e.g. ``bound``, ``bound_fp8``), then µs and µs / bound of each of
+    ``columns`` (``triton``, ``triton_fp8``, ...)."""
+    header = ["N", "T"] + bounds + [f"{c} µs" for c in columns] + [f"{c}/bound" for c in columns]
+    width = max(12, *(len(h) for h in header))
+    print("\n" + " | ".join(f"{h:>{width}}" for h in header))
     for r in rows:
-        cells = [str(r["N"]), str(r["T"]), fmt(r["bound_us"], 2)]
-        cells += [fmt(r[f"{p}_us"]) for p in paths] + [fmt(r[f"{p}_over_bound"], 2) for p in paths]
-        print(" | ".join(f"{c:>12}" for c in cells))
+        cells = [str(r["N"]), str(r["T"])] + [fmt(r[f"{b}_us"], 2) for b in bounds]
+        cells += [fmt(r[f"{c}_us"]) for c in columns] + [fmt(r[f"{c}_over_bound"], 2) for c in columns]
+        print(" | ".join(f"{c:>{width}}" for c in cells))
 
 
-def plot(path: str, rows: List[dict], paths: Sequence[str], info: Dict[str, str]) -> bool:
-    """µs vs T, log-log, one panel per N; ``False`` (no file) when matplotlib is not installed."""
+def plot(path: str, rows: List[dict], columns: Sequence[str], bounds: Sequence[str], info: Dict[str, str]) -> bool:
+    """µs vs T of ``columns`` and ``bounds`` (dashed), log-log, one panel per N; ``False`` (no file) when
+    matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -464,11 +523,12 @@ def plot(path: str, rows: List[dict], paths: Sequence[str], info: Dict[str, str]
     for ax, n in zip(axes.flat, heads):
         pts = sorted((r for r in rows if r["N"] == n), key=lambda r: r["T"])
         ts = [r["T"] for r in pts]
-        for p in paths:
-            ys = [r[f"{p}_us"] for r in pts]
+        for c in columns:
+            ys = [r[f"{c}_us"] for r in pts]
             if any(not math.isnan(y) for y in ys):
-                ax.plot(ts, ys, marker="o", label=p)
-        ax.plot(ts, [r["bound_us"] for r in pts], linestyle="--", color="gray", label="bound")
+                ax.plot(ts, ys, marker="o", label=c)
+        for b, color in zip(bounds, ("gray", "black")):
+            ax.plot(ts, [r[f"{b}_us"] for r in pts], linestyle="--", color=color, label=b)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ts, [str(t) for t in ts])
         ax.set_yscale("log")
@@ -497,75 +557,98 @@ def run_grid(info: Dict[str, str]) -> None:
     l2_bytes = getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
     heads = [int(n) for n in FLAGS.heads]
     tokens = [int(t) for t in FLAGS.tokens]
-    paths = [p for p in FLAGS.paths if p in PATHS]
-    notes = []
+    paths = [p for p in FLAGS.paths if p in PATH_FORMATS]
+    formats = [f for f in kv_cache_format.FORMATS if f.name in FLAGS.cache_formats]  # names checked in main
+    # (path, format) pairs in table order: each format's paths together, bf16 first as in older results.
+    pairs = [(p, f) for f in formats for p in paths if f in PATH_FORMATS[p]]
+    columns = [routing.bench_column(p, f.name) for p, f in pairs]
+    bounds = [routing.bench_column("bound", f.name) for f in formats]
+    notes: Dict[str, List[str]] = {}  # message -> the columns and points it concerns
+
+    def note(message: str, where: str = "") -> None:
+        notes.setdefault(message, []).append(where)
+
+    skipped = set()
     if not fa3.is_available():
-        notes.append(f"fa3: {fa3.is_available().reason} (fa3 columns empty; routed runs the Triton kernel)")
-        paths_to_run = [p for p in paths if p not in ("fa3", "fa3_kernel")]
-    else:
-        paths_to_run = list(paths)
+        note(f"fa3: {fa3.is_available().reason} (fa3 columns empty; routed runs the Triton kernel)")
+        skipped |= {"fa3", "fa3_kernel"}
     if not decode.is_available():
-        notes.append(f"decode: {decode.is_available().reason} (decode column empty)")
-        paths_to_run = [p for p in paths_to_run if p != "decode"]
+        note(f"decode: {decode.is_available().reason} (decode columns empty)")
+        skipped.add("decode")
+    to_run = [(p, f) for p, f in pairs if p not in skipped]
 
     per_context = blocks_per_context(FLAGS.context)
-    num_blocks = max(num_copies(t, FLAGS.topk, l2_bytes) * t for t in tokens) * per_context
-    print(f"cache: {num_blocks} blocks ({num_blocks * KV_BLOCK_SIZE * KV_CACHE_HEAD_SIZE * 2 / 2**30:.1f} GiB); "
+    narrowest = min(f.slot_bytes for f in formats)
+    copies_of = {t: num_copies(t, FLAGS.topk, l2_bytes, narrowest) for t in tokens}
+    num_blocks = max(copies_of[t] * t for t in tokens) * per_context
+    cache_gib = sum(num_blocks * KV_BLOCK_SIZE * f.slot_bytes for f in formats) / 2**30
+    print(f"caches: {num_blocks} blocks each of {', '.join(f.name for f in formats)} ({cache_gib:.1f} GiB); "
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
-    if "triton" in paths_to_run or "routed" in paths_to_run:
-        precompile([
-            (t, n, FLAGS.topk, per_context, None, ()) for n in heads for t in tokens
-        ], num_sms)
+    triton_formats = {f.name for p, f in to_run if p in ("triton", "routed")}
+    precompile([(t, n, FLAGS.topk, per_context, None, (), name)
+                for name in sorted(triton_formats) for n in heads for t in tokens], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
-    kv_cache = make_cache(num_blocks, gen)
+    bf16_cache = make_cache(num_blocks, gen)
+    caches = {f.name: bf16_cache if f is kv_cache_format.BF16 else quantized_cache(bf16_cache) for f in formats}
+    del bf16_cache  # kept by caches where bf16 is timed; otherwise only the quantizer's source
 
-    def time_paths(row, copies, ref, timed):
-        for p in timed:
+    def time_pairs(row, copies, refs, timed):
+        for p, f in timed:
+            column = routing.bench_column(p, f.name)
             us, err = float("nan"), float("nan")
-            if p in paths_to_run:
+            if (p, f) in to_run:
                 try:
-                    us = time_graph(path_calls(p, copies, kv_cache))
-                    if ref is not None:
-                        err = testing.relative_error(copies[0].out, ref)
+                    us = time_graph(path_calls(p, copies, caches[f.name]))
+                    if refs is not None:
+                        err = testing.relative_error(copies[0].out, refs[f.name])
                 except Exception as e:  # noqa: BLE001 - one path failing must not lose the others
-                    notes.append(f"N={row['N']} T={row['T']} {p}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-            row[f"{p}_us"], row[f"{p}_relerr"], row[f"{p}_over_bound"] = us, err, us / row["bound_us"]
-        timing = "  ".join(f"{p} {fmt(row[f'{p}_us'])} µs" for p in timed)
-        print(f"N={row['N']:<4} T={row['T']:<5} copies={row['copies']:<3} bound {row['bound_us']:.2f} µs  {timing}  "
+                    note(f"{column}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", f"N={row['N']} T={row['T']}")
+            bound = row[f"{routing.bench_column('bound', f.name)}_us"]
+            row[f"{column}_us"], row[f"{column}_relerr"], row[f"{column}_over_bound"] = us, err, us / bound
+        cells = [routing.bench_column(p, f.name) for p, f in timed]
+        timing = "  ".join(f"{c} {fmt(row[f'{c}_us'])} µs" for c in cells)
+        bound = "  ".join(f"{b} {row[f'{b}_us']:.2f} µs" for b in bounds)
+        print(f"N={row['N']:<4} T={row['T']:<5} copies={row['copies']:<3} {bound}  {timing}  "
               f"triton config {row['triton_config']}", flush=True)
 
-    # With --write_routing_table, "routed" runs in a second pass, after the table is written from the first.
-    timed_routes = [name for name in ROUTES if name in paths_to_run]
-    write_table = FLAGS.write_routing_table and len(timed_routes) > 1
-    if FLAGS.write_routing_table and not write_table:
-        notes.append("--write_routing_table needs two routes timed: routing table left as it was")
-    second_pass = ["routed"] if write_table and "routed" in paths else []
-    first_pass = [p for p in paths if p not in second_pass]
+    # With --write_routing_table, "routed" runs in a second pass, after the tables are written from the first.
+    second_pass = [(p, f) for p, f in pairs if p == "routed"] if FLAGS.write_routing_table else []
+    first_pass = [pair for pair in pairs if pair not in second_pass]
     rows, inputs = [], []
     for n, t in itertools.product(heads, tokens):
-        copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks, gen)
-        ref = reference_out(copies[0], kv_cache) if FLAGS.check else None
-        row = {"N": n, "T": t, "copies": len(copies), "bound_us": bound_us(t, n, FLAGS.topk)}
+        copies = make_copies(t, n, copies_of[t], num_blocks, gen)
+        refs = {name: reference_out(copies[0], cache) for name, cache in caches.items()} if FLAGS.check else None
+        row = {"N": n, "T": t, "copies": len(copies)}
+        for f in formats:
+            row[f"{routing.bench_column('bound', f.name)}_us"] = bound_us(t, n, FLAGS.topk, f.slot_bytes)
         row["triton_config"] = short(triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk))
-        time_paths(row, copies, ref, first_pass)
+        time_pairs(row, copies, refs, first_pass)
         rows.append(row)
-        inputs.append((copies, ref) if second_pass else None)
-    if write_table:
-        us = {(r["N"], r["T"], k): r[f"{k}_us"] for r in rows for k in timed_routes}
-        routing.write_table(routing.table_from_timings(us), {**info, "source": "tools/bench.py --write_routing_table"})
-        print(f"wrote {routing.ROUTING_TABLE}", flush=True)
+        inputs.append((copies, refs) if second_pass else None)
+    if FLAGS.write_routing_table:
+        for f in formats:
+            table = routing.table_from_bench_rows(rows, f.name)
+            if table is None:
+                note(f"--write_routing_table: fewer than two routes that read the {f.name} cache were timed: "
+                     f"its grid left as it was")
+                continue
+            routing.write_table(table, {**info, "source": "tools/bench.py --write_routing_table"}, cache_format=f.name)
+            print(f"wrote the {f.name} grid of {routing.ROUTING_TABLE}", flush=True)
     for row, point_inputs in zip(rows, inputs):
-        row["route"] = routing.choose_route(row["N"], row["T"])
+        for f in formats:
+            row[routing.bench_column("route", f.name)] = routing.choose_route(row["N"], row["T"], cache_format=f.name)
         if second_pass:
-            time_paths(row, *point_inputs, second_pass)
+            time_pairs(row, *point_inputs, second_pass)
 
-    print_table(rows, paths)
-    for note in notes:
-        print("note:", note)
+    print_table(rows, columns, bounds)
+    for message, where in notes.items():
+        points = [w for w in where if w]
+        print("note:", message + (f" (at {len(points)} points: {', '.join(points[:4])}{', ...' if len(points) > 4 else ''})"
+                                  if points else ""))
     directory = out_dir()
     write_csv(os.path.join(directory, "bench.csv"), rows, info)
     print(f"wrote {directory}/bench.csv")
-    if plot(os.path.join(directory, "bench.png"), rows, paths, info):
+    if plot(os.path.join(directory, "bench.png"), rows, columns, bounds, info):
         print(f"wrote {directory}/bench.png")
     else:
         print("note: matplotlib is not installed: no bench.png (pip install matplotlib)")
@@ -604,7 +687,7 @@ def run_sweep(info: Dict[str, str]) -> None:
     plans = {(n, t): sweep_configs(t, n, num_sms) for n, t in points}
     print(f"sweep: {sum(len(c) for c in plans.values())} configurations over {len(points)} points; "
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
-    precompile([(t, n, FLAGS.topk, per_context, c, ()) for (n, t), cs in plans.items() for c in cs], num_sms)
+    precompile([(t, n, FLAGS.topk, per_context, c, (), kv_cache_format.BF16.name) for (n, t), cs in plans.items() for c in cs], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
     kv_cache = make_cache(num_blocks, gen)
     rows, best = [], []
@@ -685,7 +768,7 @@ def run_ablate(info: Dict[str, str]) -> None:
     per_context = blocks_per_context(FLAGS.context)
     print(f"ablate: {len(variants)} variants x {len(points)} points; {', '.join(f'{k} {v}' for k, v in info.items())}",
           flush=True)
-    precompile([(t, n, FLAGS.topk, per_context, None, v) for n, t in points for v in variants], num_sms)
+    precompile([(t, n, FLAGS.topk, per_context, None, v, kv_cache_format.BF16.name) for n, t in points for v in variants], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
     kv_cache = point_cache(points, l2_bytes, gen)
     rows, reports = [], []
@@ -857,6 +940,9 @@ def main(argv: Sequence[str]) -> None:
     gpu_modes = FLAGS.ablate or FLAGS.fa3_splits or FLAGS.sweep or not FLAGS.host_time
     if not torch.cuda.is_available() and gpu_modes:
         raise app.UsageError("the benchmark needs a CUDA GPU (only --host_time runs without one)")
+    unknown = [name for name in FLAGS.cache_formats if name not in routing.CACHE_FORMATS]
+    if unknown or not FLAGS.cache_formats:
+        raise app.UsageError(f"--cache_formats expected names of {routing.CACHE_FORMATS}, got {FLAGS.cache_formats}")
     if FLAGS.context < FLAGS.topk:
         raise app.UsageError(f"--context ({FLAGS.context}) must be >= --topk ({FLAGS.topk})")
     info = provenance()

@@ -16,8 +16,9 @@
 #   and times the decode and Triton paths at small T (extra bench flags apply).
 #   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
-#   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, then routed with the routing table
-#   those timings give, written to py/sparse_mla/routing_table.json and copied to $OUT/bench/).
+#   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
+#   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
+#   py/sparse_mla/routing_table.json and copied to $OUT/bench/).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}

@@ -1,13 +1,15 @@
 """Which route serves a step: the routing table, its lookup, and the fallbacks where a route cannot run.
 
-The choice is read from ``routing_table.json`` beside this file: for each measured head count ``N``
-and padded token count ``T``, the fastest route of a benchmark run on the H200 (its provenance is in
-the file; ``tools/bench.py --write_routing_table`` or ``tools/make_routing_table.py`` write it), named
-by the keys of :data:`sparse_mla.routes.ROUTES`. A step between measured points takes the entry of the
-next measured ``N`` and ``T`` at or above it (the largest beyond the table). Where the table's route
-cannot run here (e.g. FA3 without its extension, or not on Hopper) or cannot read the step's KV-cache
-format (``Route.cache_formats``: the fp8_ds_mla cache is read by Triton only, for now), its ``fallback``
-runs instead. The table was measured on the bf16 cache; the fp8_ds_mla cache has no table of its own yet.
+The choice is read from ``routing_table.json`` beside this file, which holds one grid per KV-cache format
+(keyed by the names of :mod:`sparse_mla.kv_cache_format`: ``"bfloat16"``, ``"fp8_ds_mla"``): for each
+measured head count ``N`` and padded token count ``T``, the fastest route reading that format in a
+benchmark run on the H200 (each grid's provenance is in the file; ``tools/bench.py --write_routing_table``
+or ``tools/make_routing_table.py`` write it), named by the keys of :data:`sparse_mla.routes.ROUTES`. A step
+between measured points takes the entry of the next measured ``N`` and ``T`` at or above it (the largest
+beyond the table). Where the table's route cannot run here (e.g. FA3 without its extension, or not on
+Hopper) or cannot read the step's KV-cache format (``Route.cache_formats``), its ``fallback`` runs instead.
+A grid written by hand before it was measured says so in its provenance (``"note": "not measured yet"``):
+the first fp8_ds_mla grid names Triton everywhere, the only route that read that cache then.
 
 The metadata builder asks once per padded ``T`` and keeps the answer (with the rest of the step's
 plan), so a CUDA graph captured for one padded batch size always replays the same kernels; it also
@@ -18,50 +20,83 @@ import bisect
 import functools
 import json
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from sparse_mla.kv_cache_format import BF16
+from sparse_mla.kv_cache_format import BF16, FORMATS
 from sparse_mla.routes import ROUTES
 
 ROUTING_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routing_table.json")
 TABLE_RULE = "per (N, T) the route with the lowest CUDA-graph replay median, the earlier of sparse_mla.routes.ROUTES on a tie"
 """How :func:`table_from_timings` chooses; :func:`write_table` records it in the provenance."""
 
+CACHE_FORMATS = tuple(fmt.name for fmt in FORMATS)
+"""The names a table file's grids are keyed by, in the order :func:`write_table` writes them."""
+
 Table = Tuple[List[int], List[int], Dict[int, List[str]]]
-"""``(heads, tokens, route)``: sorted measured N and T, and per N the route name for each T."""
+"""``(heads, tokens, route)`` of one cache format: sorted measured N and T, and per N the route name for each T."""
+
+
+def _check_cache_format(cache_format: str) -> None:
+    if cache_format not in CACHE_FORMATS:
+        raise ValueError(f"sparse_mla: argument 'cache_format' expected one of {CACHE_FORMATS}, got {cache_format!r}")
+
+
+def _read_file(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
 
 
 @functools.lru_cache(maxsize=None)
-def load_table(path: str = ROUTING_TABLE) -> Table:
-    """The routing table in ``path`` (read once per path).
+def load_table(path: str = ROUTING_TABLE, cache_format: str = BF16.name) -> Table:
+    """The grid of ``cache_format`` in the routing-table file ``path`` (read once per path and format).
 
-    The file's ``"kernel"`` object maps each measured N (a string) to one route name per measured T.
+    The file maps each cache-format name to a grid: ``"provenance"``, ``"heads"`` and ``"tokens"`` (the
+    measured N and T) and ``"kernel"``, an object mapping each measured N (a string) to one route name per
+    measured T.
 
     Raises
     ------
     ValueError
-        If the file names a route that is not in :data:`sparse_mla.routes.ROUTES`, or a row has the wrong length.
+        ``cache_format`` is not a name of :mod:`sparse_mla.kv_cache_format`, the file has no grid for it,
+        or its grid names a route that is not in :data:`sparse_mla.routes.ROUTES` or cannot read
+        ``cache_format`` (``Route.cache_formats``), or has a row of the wrong length.
     """
-    with open(path) as f:
-        table = json.load(f)
-    heads, tokens = sorted(table["heads"]), sorted(table["tokens"])
-    route = {int(n): row for n, row in table["kernel"].items()}
+    _check_cache_format(cache_format)
+    grids = _read_file(path)
+    if cache_format not in grids:
+        raise ValueError(f"sparse_mla: {path}: expected a grid for the {cache_format} cache, got {sorted(grids)}")
+    grid = grids[cache_format]
+    heads, tokens = sorted(grid["heads"]), sorted(grid["tokens"])
+    route = {int(n): row for n, row in grid["kernel"].items()}
+    readers = tuple(name for name, r in ROUTES.items() if cache_format in r.cache_formats)
     for n in heads:
         row = route[n]
-        if len(row) != len(tokens) or any(k not in ROUTES for k in row):
-            raise ValueError(f"sparse_mla: {path}: row N={n} expected {len(tokens)} entries of {tuple(ROUTES)}, got {row}")
+        if len(row) != len(tokens) or any(k not in readers for k in row):
+            raise ValueError(
+                f"sparse_mla: {path}: {cache_format} row N={n} expected {len(tokens)} entries of {readers}, got {row}"
+            )
     return heads, tokens, route
 
 
-def table_from_timings(us: Dict[Tuple[int, int, str], float]) -> Table:
-    """Per measured (N, T) the route with the lowest time (:data:`TABLE_RULE`).
+def table_from_timings(us: Dict[Tuple[int, int, str], float], cache_format: str = BF16.name) -> Table:
+    """Per measured (N, T) the route with the lowest time (:data:`TABLE_RULE`), a grid of ``cache_format``.
 
-    ``us`` maps ``(N, T, route)`` to µs per call; every route timed at one point must be timed at all,
-    and NaN times (a route that failed or was not timed) never win.
+    ``us`` maps ``(N, T, route)`` to µs per call on a cache of ``cache_format``; every route timed at one
+    point must be timed at all, and NaN times (a route that failed or was not timed) never win.
+
+    Raises
+    ------
+    ValueError
+        ``us`` times a route that cannot read ``cache_format`` (``Route.cache_formats``): its grid could
+        not name it.
     """
+    _check_cache_format(cache_format)
     heads = sorted({n for n, _, _ in us})
     tokens = sorted({t for _, t, _ in us})
     timed = [name for name in ROUTES if any(k == name for _, _, k in us)]
+    foreign = [name for name in timed if cache_format not in ROUTES[name].cache_formats]
+    if foreign:
+        raise ValueError(f"sparse_mla: argument 'us' times routes that cannot read the {cache_format} cache: {foreign}")
 
     def fastest(n: int, t: int) -> str:
         times = [(us[(n, t, k)], i) for i, k in enumerate(timed) if us[(n, t, k)] == us[(n, t, k)]]  # NaN != NaN
@@ -70,15 +105,56 @@ def table_from_timings(us: Dict[Tuple[int, int, str], float]) -> Table:
     return heads, tokens, {n: [fastest(n, t) for t in tokens] for n in heads}
 
 
-def write_table(table: Table, provenance: Dict[str, str], path: str = ROUTING_TABLE) -> None:
-    """Write ``table`` with its provenance (and :data:`TABLE_RULE`) to ``path``, one line per list so
-    diffs read as changed choices."""
+def bench_column(path: str, cache_format: str = BF16.name) -> str:
+    """The stem of ``tools/bench.py``'s grid columns of ``path`` (a route name, or another timed path such as
+    ``"fa3_kernel"``) on a cache of ``cache_format``: ``path`` itself on bf16 (the names of results from before
+    the fp8_ds_mla cache), ``path + "_fp8"`` on fp8_ds_mla; the columns append ``_us``, ``_relerr`` and
+    ``_over_bound``."""
+    _check_cache_format(cache_format)
+    return path if cache_format == BF16.name else f"{path}_fp8"
+
+
+def table_from_bench_rows(rows: Iterable[Mapping[str, object]], cache_format: str = BF16.name) -> Optional[Table]:
+    """The grid of ``cache_format`` from ``tools/bench.py``'s grid rows (its dicts, or ``csv.DictReader`` rows of
+    its ``bench.csv``: ``"N"``, ``"T"`` and ``{bench_column(route, cache_format)}_us``), by :func:`table_from_timings`
+    over the routes that read ``cache_format`` and have a number in at least one row.
+
+    Returns ``None`` where fewer than two such routes were timed: there is nothing to choose between, and the
+    grid in the file is better kept (e.g. FA3 missing on the machine, or a kernel that rejected the format).
+    """
+    rows = list(rows)
+    us = {}
+    for name, route in ROUTES.items():
+        column = f"{bench_column(name, cache_format)}_us"
+        if cache_format not in route.cache_formats or not rows or column not in rows[0]:
+            continue
+        times = {(int(r["N"]), int(r["T"]), name): float(r[column]) for r in rows}
+        if any(x == x for x in times.values()):  # NaN != NaN: a column without a single time is not timed
+            us.update(times)
+    if len({k for _, _, k in us}) < 2:
+        return None
+    return table_from_timings(us, cache_format)
+
+
+def write_table(table: Table, provenance: Dict[str, str], path: str = ROUTING_TABLE, cache_format: str = BF16.name) -> None:
+    """Write ``table`` as the grid of ``cache_format``, with its provenance (and :data:`TABLE_RULE`), into the
+    file ``path``, keeping the file's grids of the other formats; one line per list so diffs read as
+    changed choices."""
+    _check_cache_format(cache_format)
     heads, tokens, route = table
-    provenance = {**provenance, "rule": TABLE_RULE}
-    lines = ["{", f' "provenance": {json.dumps(provenance, indent=2)},'.replace("\n", "\n "),
-             f' "heads": {json.dumps(heads)},', f' "tokens": {json.dumps(tokens)},', ' "kernel": {']
-    lines += [f'  "{n}": {json.dumps(route[n])}' + ("," if i < len(heads) - 1 else "") for i, n in enumerate(heads)]
-    lines += [" }", "}"]
+    grids = _read_file(path) if os.path.exists(path) else {}
+    grids[cache_format] = {"provenance": {**provenance, "rule": TABLE_RULE}, "heads": heads, "tokens": tokens,
+                           "kernel": {str(n): route[n] for n in heads}}
+    names = [name for name in CACHE_FORMATS if name in grids]
+    lines = ["{"]
+    for i, name in enumerate(names):
+        grid = grids[name]
+        kernel = grid["kernel"]
+        lines += [f' "{name}": {{', f'  "provenance": {json.dumps(grid["provenance"], indent=2)},'.replace("\n", "\n  "),
+                  f'  "heads": {json.dumps(grid["heads"])},', f'  "tokens": {json.dumps(grid["tokens"])},', '  "kernel": {']
+        lines += [f'   "{n}": {json.dumps(row)}' + ("," if j < len(kernel) - 1 else "") for j, (n, row) in enumerate(kernel.items())]
+        lines += ["  }", " }" + ("," if i < len(names) - 1 else "")]
+    lines += ["}"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     load_table.cache_clear()
@@ -122,13 +198,13 @@ def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cac
     """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads on a cache of format
     ``cache_format``: the checked-in table's, or its fallback where that one cannot serve the step
     (:func:`runnable`). Host-side only (no device work)."""
-    return runnable(lookup(load_table(), num_heads, num_tokens), device_type, cache_format)
+    return runnable(lookup(load_table(cache_format=cache_format), num_heads, num_tokens), device_type, cache_format)
 
 
 def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name) -> List[str]:
     """Every route :func:`choose_route` gives for ``num_heads`` heads, ``1 <= T <= max_num_tokens`` and
     ``cache_format`` (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order."""
-    _, tokens, _ = load_table()
+    _, tokens, _ = load_table(cache_format=cache_format)
     points = [t for t in tokens if t < max_num_tokens] + [max_num_tokens]
     chosen = {choose_route(num_heads, t, device_type, cache_format) for t in points}
     return [name for name in ROUTES if name in chosen]
