@@ -57,7 +57,9 @@ def group_scales(kv_c_normed: torch.Tensor) -> torch.Tensor:
         `[T, 4]` float32.
     """
     amax = kv_c_normed.float().abs().reshape(-1, FP8_DS_MLA_NUM_SCALES, FP8_DS_MLA_GROUP_SIZE).amax(dim=-1)
-    scale = torch.clamp(amax / FP8_E4M3_MAX, min=FLT_MIN)
+    # A tensor divisor: PyTorch's CUDA division by a Python scalar multiplies by its reciprocal (1 ulp off
+    # the IEEE quotient vLLM's kernel and ours compute); tensor by tensor divides exactly on every device.
+    scale = torch.clamp(amax / torch.full_like(amax, FP8_E4M3_MAX), min=FLT_MIN)
     return torch.where(amax > 0, scale, torch.zeros_like(scale))
 
 
