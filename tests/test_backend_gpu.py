@@ -193,14 +193,7 @@ def test_cuda_graph_replay_with_fewer_real_tokens_equals_eager(route):
                 for i in range(num_layers)]
 
     _, metadata = load_step(70, [700, 3000, 50], [1, 3, 4], padded_reqs=0)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compile and warm up outside the capture
-        forward(metadata, outputs)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graph_results = forward(metadata, outputs)
+    graph, graph_results = testing.capture_cuda_graph(lambda: forward(metadata, outputs))
 
     batch, metadata = load_step(71, [2500, 9], [1, 2], padded_reqs=1)
     for output in outputs:

@@ -123,14 +123,7 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
     def call():
         decode.sparse_mla_decode(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph, _ = testing.capture_cuda_graph(call)
 
     for seed in (2, 3):
         real = max(1, padded_tokens - seed + 1)
@@ -206,14 +199,7 @@ def test_fp8_ds_mla_cuda_graph_replays_new_contents():
     def call():
         decode.sparse_mla_decode(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph, _ = testing.capture_cuda_graph(call)
     fresh = _fp8_case(testing.make_attention_case(4, 16, device, seed=12, pattern="start", drop_fraction=0.3))
     fresh.req_id[3:] = 0
     fresh.token_kv_len[3:] = 0

@@ -140,14 +140,7 @@ def test_writer_in_a_cuda_graph_replays_with_new_contents():
         return _host_write(cache, kv_c_normed, k_pe, slot_mapping)
 
     load(81)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compile outside the capture
-        write_kv(kv_c_normed, k_pe, cache, slot_mapping)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    graph, _ = testing.capture_cuda_graph(lambda: write_kv(kv_c_normed, k_pe, cache, slot_mapping))
     for seed in (82, 83):
         expected = load(seed)
         graph.replay()
@@ -350,14 +343,7 @@ def test_cuda_graph_replay_with_fewer_real_tokens_equals_eager(route, padded_tok
         return impl.forward(q, kv_cache, metadata, topk, output=out, return_lse=True)
 
     _, metadata, _ = load_step(70 + padded_tokens, padded_tokens)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compile and warm up outside the capture
-        step(metadata, output)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _, graph_lse = step(metadata, output)
+    graph, (_, graph_lse) = testing.capture_cuda_graph(lambda: step(metadata, output))
 
     real = -(-padded_tokens // 2)
     batch, metadata, expected_cache = load_step(90 + padded_tokens, real)

@@ -66,14 +66,9 @@ def test_topk_to_slots_replays_in_a_cuda_graph():
     )
     slot_ids = torch.empty_like(topk)
     valid_count = torch.empty_like(req_id)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compile and warm up outside the capture
-        topk_to_slots(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids=slot_ids, valid_count=valid_count)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        topk_to_slots(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids=slot_ids, valid_count=valid_count)
+    graph, _ = testing.capture_cuda_graph(
+        lambda: topk_to_slots(topk, req_id, token_kv_len, block_table, num_blocks, slot_ids=slot_ids,
+                              valid_count=valid_count))
     second = testing.make_batch(
         seq_lens, query_lens, num_blocks, testing.make_generator(device, 53), pattern="scattered", drop_fraction=0.3
     )

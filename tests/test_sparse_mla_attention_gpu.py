@@ -113,14 +113,7 @@ def test_cuda_graph_replays_with_new_contents(num_tokens, num_heads, explicit_wo
     def run():
         sparse_mla_attention(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, out=out, lse=lse, workspace=workspace)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()  # compile and size the default workspace before capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph, _ = testing.capture_cuda_graph(run)  # the first run also sizes the default workspace
 
     for seed in (2, 3, 4):
         fresh = make_case(num_tokens, num_heads, seed=seed, pattern=PATTERNS[seed % len(PATTERNS)], drop_fraction=0.3)

@@ -46,14 +46,7 @@ def test_forward_mqa_in_cuda_graph_matches_reference(route, kind, num_heads):
     metadata = engine.builder.build(0, captured.common)
     q = (captured.ql_nope, captured.q_pe)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compile, size the split workspace, warm up: outside the capture
-        engine.impl.forward_mqa(q, engine.kv_cache, metadata, None)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, _ = engine.impl.forward_mqa(q, engine.kv_cache, metadata, None)
+    graph, (out, _) = testing.capture_cuda_graph(lambda: engine.impl.forward_mqa(q, engine.kv_cache, metadata, None))
 
     replayed = steps.make_step(engine, seq_lens, query_lens, num_tokens, gen, num_heads)  # new cache and top-k rows
     captured.ql_nope.copy_(replayed.ql_nope)

@@ -5,7 +5,7 @@ unwritten outputs and wrong indexing show up as errors.
 """
 
 import dataclasses
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 
@@ -369,6 +369,27 @@ def make_attention_case(
     kv_cache = make_kv_cache(num_blocks, device, gen)
     q_nope, q_rope = make_queries(num_tokens, num_heads, device, gen)
     return AttentionCase(q_nope, q_rope, kv_cache, batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table)
+
+
+Result = TypeVar("Result")
+
+
+def capture_cuda_graph(call: Callable[[], Result]) -> Tuple[torch.cuda.CUDAGraph, Result]:
+    """Run ``call`` once on a side stream, then capture it into a CUDA graph on the current device.
+
+    The first run compiles kernels and allocates what is allocated lazily (split workspaces), which
+    must not happen during capture. Returns the graph and what the captured ``call`` returned (its
+    tensors are the graph's outputs, rewritten by every replay).
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = call()
+    return graph, result
 
 
 def poisoned_outputs(num_tokens: int, num_heads: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -222,19 +222,12 @@ def write_kv(
             )
     if num_tokens == 0:
         return
+    # Both kernels take the tokens' inputs and the cache's block and slot strides first.
+    inputs = (kv_c_normed, kv_c_normed.stride(0), kv_c_normed.stride(1), k_pe, k_pe.stride(0), k_pe.stride(-1),
+              slot_mapping, slot_mapping.stride(0), kv_cache, kv_cache.stride(0), kv_cache.stride(1))
     if fmt is kv_cache_format.FP8_DS_MLA:
         _write_kv_fp8_ds_mla_kernel[(num_tokens,)](
-            kv_c_normed,
-            kv_c_normed.stride(0),
-            kv_c_normed.stride(1),
-            k_pe,
-            k_pe.stride(0),
-            k_pe.stride(-1),
-            slot_mapping,
-            slot_mapping.stride(0),
-            kv_cache,
-            kv_cache.stride(0),
-            kv_cache.stride(1),
+            *inputs,
             num_slots,
             NUM_GROUPS=FP8_DS_MLA_NUM_SCALES,
             GROUP_SIZE=FP8_DS_MLA_GROUP_SIZE,
@@ -244,23 +237,13 @@ def write_kv(
             BLOCK_SIZE=KV_BLOCK_SIZE,
             num_warps=_NUM_WARPS,
         )
-        return
-    _write_kv_kernel[(num_tokens,)](
-        kv_c_normed,
-        kv_c_normed.stride(0),
-        kv_c_normed.stride(1),
-        k_pe,
-        k_pe.stride(0),
-        k_pe.stride(-1),
-        slot_mapping,
-        slot_mapping.stride(0),
-        kv_cache,
-        kv_cache.stride(0),
-        kv_cache.stride(1),
-        kv_cache.stride(2),
-        num_slots,
-        LORA_RANK=KV_LORA_RANK,
-        ROPE_DIM=QK_ROPE_HEAD_DIM,
-        BLOCK_SIZE=KV_BLOCK_SIZE,
-        num_warps=_NUM_WARPS,
-    )
+    else:
+        _write_kv_kernel[(num_tokens,)](
+            *inputs,
+            kv_cache.stride(2),
+            num_slots,
+            LORA_RANK=KV_LORA_RANK,
+            ROPE_DIM=QK_ROPE_HEAD_DIM,
+            BLOCK_SIZE=KV_BLOCK_SIZE,
+            num_warps=_NUM_WARPS,
+        )
