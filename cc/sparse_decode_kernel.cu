@@ -4,8 +4,8 @@
 // Work decomposition
 // ------------------
 // A CTA serves one (token, group of <= 32 heads, slice of the token's top-k row) and gathers whole
-// 1152-byte slots of its slice, 16 positions per pipeline stage, with 16-byte cp.async into a
-// kStages-deep ring. Nothing is exchanged between CTAs while positions are processed: the 8 warps
+// slots of its slice as the cache stores them, 16 or 32 positions per pipeline stage (kCtaChunk, the
+// planner's choice), with 16-byte cp.async into a kStages-deep ring. Nothing is exchanged between CTAs while positions are processed: the 8 warps
 // split the 576 columns instead. Warp w owns the c_kv columns [64 w, 64 w + 64) and the k_rope
 // columns [8 w, 8 w + 8): it computes partial scores q[:, cols_w] . k[:, cols_w] on tensor cores
 // (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out), the CTA adds the 8 partials in shared memory,
@@ -26,6 +26,12 @@
 // (token, head group, rank); the last CTA to arrive merges the splits of its 64 columns (all split
 // partials loaded at once, one L2 round trip) and resets the counter, so a later launch or
 // CUDA-graph replay finds it zero.
+//
+// Cache formats: bf16 slots (1152 bytes) are staged as they are and read by the tensor-core code
+// directly. fp8_ds_mla slots (656 bytes: 512 e4m3 c_kv values, 4 fp32 scales of 128 values, 64 bf16
+// k_rope) are staged as they are too, and each stage is then dequantized in registers (e4m3 -> f16
+// exactly, times its group's scale, rounded to bf16) into one bf16 tile of the same layout, which the
+// same tensor-core code reads: 0.57x the bytes gathered, one more pass and CTA barrier per stage.
 #include "cc/sparse_decode.h"
 
 #include <cooperative_groups.h>
