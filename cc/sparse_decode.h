@@ -13,9 +13,8 @@ namespace sparse_mla {
 namespace decode {
 
 // The kernel's geometry; sparse_mla.ops.decode repeats the numbers its planner needs (CLUSTER_SIZE,
-// CHUNK, HEAD_TILE_ROWS, MAX_SPLITS).
+// CTA_CHUNKS, HEAD_TILE_ROWS, MAX_SPLITS). A split covers a multiple of kClusterSize * cta_chunk positions.
 constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions
-constexpr int kChunk = 128;            // a split's smallest granule: one 16-position stage of each CTA
 constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
 constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
 constexpr int kMaxPositionsPerSplit = 8192;

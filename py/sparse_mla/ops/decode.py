@@ -46,14 +46,14 @@ CTA_CHUNKS = (16, 32)
 
 LARGE_CHUNK_MAX_GROUPS = 4
 """The plan takes 32-position stages while ``T * head_groups`` is at most this, else 16: measured on
-the H200 (results/2026-11-30-h200/decode_plan.md), 32 is faster for small grids (N = 16, T = 1:
+the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is faster for small grids (N = 16, T = 1:
 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs 48.2), where its smaller
 ring lets two CTAs share an SM."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
 ~5 µs of a wave, a CTA ~1.3 µs per 16 positions once its ring is full (per-CTA clock stamps on the
-H200, N = 16, T = 1 and 16: results/2026-11-30-h200/decode_kernel_iterations/trace_slices_p1.txt)."""
+H200, N = 16, T = 1 and 16: results/2026-11-30-h200/release2/decode_kernel_iterations/trace_slices_p1.txt)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +115,8 @@ def plan(
     splitting: ``T * head_groups``; splits ``s = floor(num_sms * ctas_per_sm / (8 * T * head_groups))``
     clamped to ``[1, min(64, topk / (8 * cta_chunk))]``, then positions per split ``ceil(topk / s)``
     rounded up to ``8 * cta_chunk`` (and ``s`` reduced to the splits that still hold positions).
-    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2 above (results/2026-11-30-h200/
-    decode_ctas_per_sm.csv). Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256
+    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2 above (measured with the first
+    release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv; not re-measured since). Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256
     positions (64 CTAs of 32 positions), T = 16 → 1 split.
 
     ``cluster_capacity(head_tiles, cta_chunk, positions_per_split)``, when given, is the number of
