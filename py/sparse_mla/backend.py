@@ -93,7 +93,7 @@ class SparseMLABackend:
         """Why a device of compute capability ``(major, minor)`` cannot run this backend; empty when it can.
 
         On the current device, when FA3 runs there (sm_90a, built): served, since FA3 and the decode kernel
-        take every batch (the routing table names no Triton entry then). FA3 is built for sm_90a and runs
+        take every batch (the routing table's grids, of either cache format, name no Triton entry then). FA3 is built for sm_90a and runs
         on 9.x only; elsewhere, or without the FA3 library, :mod:`sparse_mla.routing` sends batches to the
         fused Triton kernel, so the device must run that kernel: compute capability >= 8.0 (bf16
         ``tl.dot``) and enough shared memory per block for every launch configuration
@@ -108,8 +108,8 @@ class SparseMLABackend:
         major, minor = capability
         name = f"compute capability {major}.{minor}"
         current = torch.cuda.is_available() and torch.cuda.get_device_capability() == (major, minor)
-        _, _, table = routing.load_table()
-        triton_routed = any("triton" in row for row in table.values())
+        triton_routed = any("triton" in row for fmt in routing.CACHE_FORMATS
+                            for row in routing.load_table(cache_format=fmt)[2].values())
         if current and fa3.is_available() and not triton_routed:
             return []  # FA3 (and the decode kernel) serve every batch here; Triton is never routed to
         if (major, minor) < MIN_TRITON_COMPUTE_CAPABILITY:
