@@ -396,10 +396,13 @@ def _fp8_cache(args):
         ("fp8_ds_mla", None,
          lambda a: a.update(kv_cache=torch.zeros(2 * 64 * 656 + 2, dtype=torch.uint8)[2:].view(2, 64, 656)),
          ValueError, "argument 'kv_cache' expected a data pointer aligned to 4 bytes"),
-        # a step planned for the bf16 cache on a route that cannot read fp8_ds_mla
+        # a step planned for the bf16 cache, on a route that reads only bf16 or on one that reads both
         ("auto", "fa3", lambda a: a.update(kv_cache=_fp8_cache(a)), ValueError,
-         r"argument 'attn_metadata' expected a step whose route reads the fp8_ds_mla cache, got route 'fa3' "
-         r"\(it reads \['bfloat16'\]\); give the metadata builder kv_cache_dtype='fp8_ds_mla'"),
+         "argument 'attn_metadata' expected a step planned for the fp8_ds_mla cache, got one planned for "
+         "'bfloat16'; give the metadata builder kv_cache_dtype='fp8_ds_mla'"),
+        ("auto", None, lambda a: a.update(kv_cache=_fp8_cache(a)), ValueError,
+         "argument 'attn_metadata' expected a step planned for the fp8_ds_mla cache, got one planned for "
+         "'bfloat16'; give the metadata builder kv_cache_dtype='fp8_ds_mla'"),
     ],
 )
 def test_forward_rejects_a_cache_of_another_format(builder_dtype, route, change, error, message):

@@ -261,6 +261,7 @@ class SparseMLAMetadata:
     num_actual_tokens: int  # T, padding included
     num_reqs: int
     num_heads: int  # N the step was planned for (the builder's)
+    kv_cache_format: str  # the cache format the step was planned for (the builder's kv_cache_dtype)
     index_topk: int  # K, width of a top-k row
     slot_mapping: torch.Tensor  # [T] int64, the engine's, for write_kv
     block_table: torch.Tensor  # [num_reqs, max_blocks] int32, the engine's
@@ -473,6 +474,7 @@ class SparseMLAMetadataBuilder:
             num_actual_tokens=num_tokens,
             num_reqs=num_reqs,
             num_heads=self.num_heads,
+            kv_cache_format=self.kv_cache_format.name,
             index_topk=self.index_topk,
             slot_mapping=common.slot_mapping,
             block_table=block_table,
@@ -656,11 +658,12 @@ class SparseMLAImpl:
                 and kv_cache.dtype is fmt.dtype and kv_cache.device == device
                 and (fmt is kv_cache_format.BF16 or kv_cache.data_ptr() % kv_cache_format.FP8_DS_MLA_SCALE_ALIGNMENT == 0)):
             kv_cache_format.check_kv_cache("kv_cache", kv_cache, fmt, device)
-        if fmt.name not in metadata.route.cache_formats:
+        # The builder picks only routes that read its format: a step planned for another format might work
+        # on some step sizes and fail on others, so it is refused on every one.
+        if metadata.kv_cache_format != fmt.name:
             raise ValueError(
-                f"sparse_mla: argument 'attn_metadata' expected a step whose route reads the {fmt.name} cache, got "
-                f"route {metadata.route.name!r} (it reads {sorted(metadata.route.cache_formats)}); give the "
-                f"metadata builder kv_cache_dtype={fmt.name!r}"
+                f"sparse_mla: argument 'attn_metadata' expected a step planned for the {fmt.name} cache, got one "
+                f"planned for {metadata.kv_cache_format!r}; give the metadata builder kv_cache_dtype={fmt.name!r}"
             )
         _check_fast("topk_indices", topk_indices, (num_tokens, metadata.index_topk), torch.int32, device)
         if output is None:
