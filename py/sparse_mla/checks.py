@@ -71,7 +71,10 @@ def check_tensor(
         want_dev = torch.device(device)
         same_type = tensor.device.type == want_dev.type
         if not same_type or (want_dev.index is not None and tensor.device.index != want_dev.index):
-            raise ValueError(f"sparse_mla: argument '{name}' expected device {want_dev}, got {tensor.device}")
+            hint = ""
+            if want_dev.type == "cuda" and tensor.device.type == "cpu" and not torch.cuda.is_available():
+                hint = " (no CUDA device here: CPU tensors run in Triton's interpreter, set TRITON_INTERPRET=1)"
+            raise ValueError(f"sparse_mla: argument '{name}' expected device {want_dev}, got {tensor.device}{hint}")
     return tensor
 
 
