@@ -33,6 +33,16 @@ def _num_sms():
     return torch.cuda.get_device_properties(_device()).multi_processor_count
 
 
+def plan_with(num_tokens, num_heads, num_splits, cta_chunk):
+    """The planner's head tiling for ``(T, N)`` with about ``num_splits`` splits of ``cta_chunk``-position
+    stages instead of its own choice (fewer when ``num_splits`` does not divide top-k into whole stages)."""
+    planned = decode.plan(num_tokens, num_heads, _num_sms())
+    granule = decode.CLUSTER_SIZE * cta_chunk
+    positions = -(-INDEX_TOPK // num_splits // granule) * granule
+    return decode.DecodePlan(num_tokens, num_heads, planned.head_tiles, cta_chunk, planned.head_groups,
+                             -(-INDEX_TOPK // positions), positions)
+
+
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):
     """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
     num_tokens, num_heads = case.q_nope.shape[:2]
@@ -62,11 +72,7 @@ def test_any_split_count(num_splits, num_heads, cta_chunk):
     """Splits that do not divide top-k evenly, one split over all 2048 positions, the most splits
     (16 of 128 positions with 16-position stages; 8 of 256 with 32), with either stage size."""
     case = testing.make_attention_case(3, num_heads, _device(), seed=num_splits, pattern="scattered", drop_fraction=0.3)
-    planned = decode.plan(3, num_heads, _num_sms())
-    granule = decode.CLUSTER_SIZE * cta_chunk
-    positions = -(-INDEX_TOPK // num_splits // granule) * granule
-    launch = decode.DecodePlan(3, num_heads, planned.head_tiles, cta_chunk, planned.head_groups,
-                               -(-INDEX_TOPK // positions), positions)
+    launch = plan_with(3, num_heads, num_splits, cta_chunk)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))
 
@@ -174,12 +180,7 @@ def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk):
     flat[:, :512] = groups.view(-1, 512).to(torch.bfloat16)
     case.q_nope.mul_(1e-3)
     case = dataclasses.replace(case, kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(case.kv_cache), 32))
-    planned = decode.plan(3, 16, _num_sms())
-    granule = decode.CLUSTER_SIZE * cta_chunk
-    positions = -(-INDEX_TOPK // 4 // granule) * granule
-    launch = decode.DecodePlan(3, 16, planned.head_tiles, cta_chunk, planned.head_groups, -(-INDEX_TOPK // positions),
-                               positions)
-    out, lse = run_decode(case, launch)
+    out, lse = run_decode(case, plan_with(3, 16, 4, cta_chunk))
     ref_out, ref_lse = case.reference()
     testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"fp8 padded, stage {cta_chunk}")
     for g in range(4):
