@@ -12,9 +12,9 @@
 namespace sparse_mla {
 namespace decode {
 
-// The kernel's geometry; sparse_mla.ops.decode repeats the numbers its planner needs (CLUSTER_SIZE,
-// CTA_CHUNKS, HEAD_TILE_ROWS, MAX_SPLITS). A split covers a multiple of kClusterSize * cta_chunk positions.
-constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions
+// The kernel's geometry; sparse_mla.ops.decode repeats the numbers its planner needs (CLUSTER_SIZES,
+// CTA_CHUNKS, HEAD_TILE_ROWS, MAX_SPLITS). A split covers a multiple of cluster_size * cta_chunk positions.
+constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions (the other size is 1)
 constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
 constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
 constexpr int kMaxPositionsPerSplit = 8192;
@@ -52,9 +52,10 @@ struct SparseDecodeParams {
   int num_tokens, num_heads;
   int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2}
   int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
+  int cluster_size;     // CTAs per split: kClusterSize (slices merged through DSMEM) or 1 (large grids)
   int head_groups;      // ceil(num_heads / heads per CTA)
   int num_splits;       // position splits per token
-  int positions_per_split;  // multiple of 8 * cta_chunk; splits past topk see only invalid entries
+  int positions_per_split;  // multiple of cluster_size * cta_chunk; splits past topk see only invalid entries
   float scale_log2;     // softmax_scale * log2(e)
   int ablate;           // 0 in production; tools/bench.py --decode_ablate leaves stages out (kAblate*)
 };
@@ -65,14 +66,16 @@ constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in
 constexpr int kAblateMerge = 4;     // no split merge: the last CTA only resets its counter
 
 // Shared memory one CTA needs for these parameters, in bytes.
-int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int positions_per_split);
+int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split);
 
 // Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream);
 
-// Clusters of this kernel configuration that the current device runs at once (one wave), into
-// `clusters`; the planner keeps its grid within it. Returns the CUDA error of the query.
-cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int positions_per_split, int* clusters);
+// Clusters (of cluster_size CTAs; CTAs when it is 1) of this kernel configuration that the current
+// device runs at once (one wave), into `clusters`; the planner keeps its grid within it. Returns the
+// CUDA error of the query.
+cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split,
+                                int* clusters);
 
 }  // namespace decode
 }  // namespace sparse_mla

@@ -5,7 +5,8 @@
 // ------------------
 // A CTA serves one (token, group of <= 32 heads, slice of the token's top-k row) and gathers whole
 // slots of its slice as the cache stores them, 16 or 32 positions per pipeline stage (kCtaChunk, the
-// planner's choice), with 16-byte cp.async into a kStages-deep ring. Nothing is exchanged between CTAs while positions are processed: the 8 warps
+// planner's choice), with 16-byte cp.async into a kStages-deep ring (16 or 8 threads per slot, its
+// address computed once). Nothing is exchanged between CTAs while positions are processed: the 8 warps
 // split the 576 columns instead. Warp w owns the c_kv columns [64 w, 64 w + 64) and the k_rope
 // columns [8 w, 8 w + 8): it computes partial scores q[:, cols_w] . k[:, cols_w] on tensor cores
 // (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out), the CTA adds the 8 partials in shared memory,
@@ -18,20 +19,22 @@
 // token_kv_len[t], p past the block table, and block ids outside [0, num_blocks) are masked (their
 // rows are zero-filled by cp.async and their scores set to -inf, never read from memory).
 //
-// Merging the slices: a cluster of 8 CTAs holds 8 consecutive slices (one "split" of the plan).
-// Each CTA leaves its normalized partial output and base-2 LSE in shared memory; after a cluster
-// barrier, rank r merges the output columns [64 r, 64 r + 64) of the 8 partials, read through
-// distributed shared memory. With one split per token that is the output. With several, rank r
-// writes the split's merged columns and LSE to the workspace and bumps the arrival counter of its
-// (token, head group, rank); the last CTA to arrive merges the splits of its 64 columns (all split
-// partials loaded at once, one L2 round trip) and resets the counter, so a later launch or
-// CUDA-graph replay finds it zero.
+// Merging the slices (kCluster = 8, small grids): a cluster of 8 CTAs holds 8 consecutive slices (one
+// "split" of the plan). Each CTA leaves its normalized partial output and base-2 LSE in shared memory;
+// after a cluster barrier, rank r merges the output columns [64 r, 64 r + 64) of the 8 partials, read
+// through distributed shared memory. With kCluster = 1 (large grids, where a cluster's 8 CTAs would
+// wait for one GPC and merge for nothing) a CTA's slice is the whole split and rank 0 owns all 512
+// columns. With one split per token that is the output. With several, rank r writes the split's
+// merged columns and LSE to the workspace and bumps the arrival counter of its (token, head group,
+// rank); the last CTA to arrive merges the splits of its columns (kMergeUnroll split partials loaded
+// at once) and resets the counter, so a later launch or CUDA-graph replay finds it zero.
 //
 // Cache formats: bf16 slots (1152 bytes) are staged as they are and read by the tensor-core code
 // directly. fp8_ds_mla slots (656 bytes: 512 e4m3 c_kv values, 4 fp32 scales of 128 values, 64 bf16
-// k_rope) are staged as they are too, and each stage is then dequantized in registers (e4m3 -> f16
-// exactly, times its group's scale, rounded to bf16) into one bf16 tile of the same layout, which the
-// same tensor-core code reads: 0.57x the bytes gathered, one more pass and CTA barrier per stage.
+// k_rope) are staged as they are too (0.57x the bytes gathered); warp w dequantizes its 64 c_kv
+// columns in registers as it loads them as keys (e4m3 -> f16 exactly, times the group's scale,
+// rounded to bf16) and leaves them in its columns of a bf16 tile, from which it reads them again as
+// values: no extra pass, no extra barrier, ~6 more instructions per pair of values.
 #include "cc/sparse_decode.h"
 
 #include <cooperative_groups.h>
@@ -50,11 +53,13 @@ constexpr int kThreads = 256;                                 // 8 warps
 constexpr int kWarps = kThreads / 32;
 // Positions per pipeline stage of one CTA: 32 where the grid is small (latency: fewer, larger steps),
 // 16 where it is large (occupancy: a smaller ring); the planner chooses (DecodePlan.cta_chunk).
-__host__ __device__ constexpr int ring_stages(int cta_chunk) { return cta_chunk == 16 ? 4 : 3; }  // chunks held
-                                   // gathered chunks held per CTA
+// Gathered chunks held per CTA: 3 (two in flight while one is consumed). With 16-position stages a
+// fourth was slower on the H200: 2 instead of 3 CTAs per SM fit (results/2026-11-30-h200/release3).
+constexpr int kStages = 3;
 constexpr int kColsPerWarp = kKvLoraRank / kWarps;            // 64 c_kv columns
 constexpr int kRopePerWarp = kRopeDim / kWarps;               // 8 k_rope columns
 constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged row: 1168 B, conflict-free
+constexpr int kTileStride = kKvLoraRank + 8;                  // bf16 per dequantized c_kv row: 1040 B, conflict-free
 constexpr int kPiecesPerRow = kSlotElems * 2 / 16;            // 72 16-byte copies per bf16 row
 constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_mla row: 672 B
 constexpr int kFp8PiecesPerRow = kFp8SlotBytes / 16;          // 41 16-byte copies per fp8_ds_mla row
@@ -68,14 +73,14 @@ static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64
 // Byte offsets of the dynamic shared memory of one CTA.
 struct SharedLayout {
   int kv, partial, prob, row_max, row_sum, row_alpha, lse, rows, total;
-  int tile;  // fp8_ds_mla: the chunk dequantized to bf16, [cta_chunk][kRowStride] (bf16: the ring stage)
-  __host__ __device__ SharedLayout(int head_tiles, int cta_chunk, bool fp8, int positions_per_split) {
+  int tile;  // fp8_ds_mla: the chunk's c_kv dequantized to bf16, [cta_chunk][kTileStride] (bf16: unused)
+  __host__ __device__ SharedLayout(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split) {
     const int heads = kHeadTileRows * head_tiles;
     kv = 0;                                  // ring [stages][cta_chunk] rows of kRowStride bf16 / kFp8RowBytes
     const int out = heads * kOutStride * 4;  // epilogue: [heads][kOutStride] fp32
-    const int ring = ring_stages(cta_chunk) * cta_chunk * (fp8 ? kFp8RowBytes : kRowStride * 2);
+    const int ring = kStages * cta_chunk * (fp8 ? kFp8RowBytes : kRowStride * 2);
     tile = ring;
-    const int staged = ring + (fp8 ? cta_chunk * kRowStride * 2 : 0);
+    const int staged = ring + (fp8 ? cta_chunk * kTileStride * 2 : 0);
     partial = kv + (staged > out ? staged : out);                  // [kWarps][heads][cta_chunk] fp32
     prob = partial + kWarps * heads * cta_chunk * 4;               // [heads][cta_chunk + 8] bf16
     row_max = prob + heads * (cta_chunk + 8) * 2;                  // [heads] fp32 each
@@ -83,7 +88,7 @@ struct SharedLayout {
     row_alpha = row_sum + heads * 4;
     lse = row_alpha + heads * 4;                                   // [heads] fp32, base 2
     rows = lse + heads * 4;                                        // [positions per CTA] int32
-    total = rows + positions_per_split / kClusterSize * 4;
+    total = rows + positions_per_split / cluster_size * 4;
   }
 };
 
@@ -145,29 +150,56 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 template <int kHeadTiles>
 constexpr int kMinBlocksPerSm = kHeadTiles == 1 ? 3 : 2;
 
-// Dequantizes 8 fp8 e4m3 values (8 bytes) times `scale` into 8 bf16 (16 bytes). e4m3 -> f16 is exact;
-// the product is rounded to bf16 once, as the Triton kernel does (sparse_mla_attention.py).
-__device__ __forceinline__ uint4 dequantize8(uint2 bytes, float scale) {
-  uint32_t out[4];
-  const uint32_t words[2] = {bytes.x, bytes.y};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
-    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
-    const float2 f = __half22float2(h);
-    out[i] = pack_bf16(f.x * scale, f.y * scale);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
+// Dequantizes two fp8 e4m3 values (the low byte first) times `scale` into a bf16 pair. e4m3 -> f16 is
+// exact; the product is rounded to bf16 once, as the Triton kernel does (sparse_mla_attention.py).
+__device__ __forceinline__ uint32_t dequantize_pair(uint16_t bytes, float scale) {
+  const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  return pack_bf16(f.x * scale, f.y * scale);
 }
 
-template <int kHeadTiles, int kCtaChunk, bool kFp8>
-__global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
+// exp2-weighted sum of normalized partial outputs (a slice's or a split's): with w = 2^(lse - base) per
+// partial, the merged output is sum(w x) / sum(w) and its base-2 LSE base + log2(sum(w)).
+struct WeightedSum {
+  float total = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  __device__ __forceinline__ void add(float w, const float4& x) {
+    total += w;
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+    acc.z += w * x.z;
+    acc.w += w * x.w;
+  }
+  __device__ __forceinline__ void rescale(float r) {
+    total *= r;
+    acc.x *= r;
+    acc.y *= r;
+    acc.z *= r;
+    acc.w *= r;
+  }
+  __device__ __forceinline__ float4 mean() const {
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    return make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+  }
+  __device__ __forceinline__ float lse(float base) const { return total > 0.f ? base + log2f(total) : kNegInf; }
+};
+
+// Four output columns of one head as bf16, and (natural-log) LSE, of a finished token.
+__device__ __forceinline__ void store_output(const SparseDecodeParams& p, int token, int head, int col, const float4& x) {
+  auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
+                                          head * p.out_head_stride + col);
+  out[0] = pack_bf16(x.x, x.y);
+  out[1] = pack_bf16(x.z, x.w);
+}
+
+template <int kHeadTiles, int kCtaChunk, bool kFp8, int kCluster>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
     sparse_decode_kernel(const SparseDecodeParams p) {
   constexpr int kHeads = kHeadTileRows * kHeadTiles;
-  constexpr int kStages = ring_stages(kCtaChunk);
   constexpr int kProbStride = kCtaChunk + 8;  // bf16 probability row stride: conflict-free A fragments
   extern __shared__ __align__(128) unsigned char smem[];
-  const SharedLayout layout(kHeadTiles, kCtaChunk, kFp8, p.positions_per_split);
+  const SharedLayout layout(kHeadTiles, kCtaChunk, kFp8, kCluster, p.positions_per_split);
   unsigned char* ring = smem + layout.kv;  // gathered rows as stored in the cache (bf16 or fp8_ds_mla)
   auto* partial = reinterpret_cast<float*>(smem + layout.partial);  // [warp][head][position] partial scores
   auto* prob = reinterpret_cast<__nv_bfloat16*>(smem + layout.prob);
@@ -179,15 +211,14 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
   auto* cta_out = reinterpret_cast<float*>(smem + layout.kv);  // epilogue: normalized partial output
   __shared__ int arrived_last;
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
+  const int rank = kCluster > 1 ? static_cast<int>(cg::this_cluster().block_rank()) : 0;
   const int split = blockIdx.y;
   const int token = blockIdx.z / p.head_groups;
   const int head_group = blockIdx.z % p.head_groups;
   const int head_base = head_group * kHeads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
-  const int positions = p.positions_per_split / kClusterSize;  // this CTA's slice
+  const int positions = p.positions_per_split / kCluster;  // this CTA's slice
 
   // 1. Query fragments of this warp's columns, kept in registers for the whole loop (loaded first:
   //    they do not depend on the index -> block-table chain below, so both are in flight together).
@@ -255,18 +286,23 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
   constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
   constexpr int kSlotPieces = kFp8 ? kFp8PiecesPerRow : kPiecesPerRow;
   constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
+  constexpr int kOperandStride = kFp8 ? kTileStride : kRowStride;  // bf16 per row of the c_kv operand
   const auto* cache = static_cast<const unsigned char*>(p.kv_cache);
+  // kThreads / kCtaChunk consecutive threads copy one slot: its address is computed once per chunk,
+  // and each of them copies every (kThreads / kCtaChunk)-th 16-byte piece of it.
+  constexpr int kThreadsPerSlot = kThreads / kCtaChunk;
   auto issue_chunk = [&](int chunk) {
-    unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
-    for (int piece = tid; piece < kCtaChunk * kSlotPieces; piece += kThreads) {
-      const int r = piece / kSlotPieces, part = piece % kSlotPieces;
-      const int row = rows[chunk * kCtaChunk + r];
-      const unsigned char* src = cache;
-      if (row >= 0)
-        src = cache + (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-                       static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes + part * 16;
-      if (!(p.ablate & kAblateGather)) cp_async_16(stage + r * kStagedRowBytes + part * 16, src, row >= 0);
-    }
+    const int r = tid / kThreadsPerSlot;
+    const int row = rows[chunk * kCtaChunk + r];
+    const unsigned char* src = cache;  // masked rows: a valid address, nothing read (zero fill)
+    if (row >= 0)
+      src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+              static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
+    unsigned char* dst = ring + ((chunk % kStages) * kCtaChunk + r) * kStagedRowBytes;
+    if (p.ablate & kAblateGather) return;
+#pragma unroll
+    for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
+      cp_async_16(dst + part * 16, src + (row >= 0 ? part * 16 : 0), row >= 0);
   };
 
   const int num_chunks = positions / kCtaChunk;
@@ -292,29 +328,14 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
     if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);  // into the stage just freed
     cp_async_commit();
     const unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
+    // bf16 operand rows of the probabilities . c_kv product: the stage itself (bf16 cache), or the
+    // tile this warp fills with its own dequantized columns while it computes the scores (fp8_ds_mla).
     const auto* kv = reinterpret_cast<const __nv_bfloat16*>(kFp8 ? smem + layout.tile : stage);
-    if constexpr (kFp8) {
-      // fp8_ds_mla: each thread dequantizes 8 c_kv values (one scale) or copies 8 k_rope values per
-      // step into the bf16 tile the tensor-core code below reads: [c_kv (512) | k_rope (64)] per row.
-      constexpr int kStepsPerRow = (kKvLoraRank + kRopeDim) / 8;  // 64 dequantizations + 8 copies
-      auto* tile = reinterpret_cast<__nv_bfloat16*>(smem + layout.tile);
-#pragma unroll 1  // one step's registers at a time: the loop runs beside the live accumulators
-      for (int step = tid; step < kCtaChunk * kStepsPerRow; step += kThreads) {
-        const int r = step / kStepsPerRow, col = (step % kStepsPerRow) * 8;
-        const unsigned char* slot = stage + r * kStagedRowBytes;
-        uint4 values;
-        if (col < kKvLoraRank) {
-          const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[col / kFp8ScaleGroup];
-          values = dequantize8(*reinterpret_cast<const uint2*>(slot + col), scale);
-        } else {
-          values = *reinterpret_cast<const uint4*>(slot + kFp8RopeOffset + (col - kKvLoraRank) * 2);
-        }
-        *reinterpret_cast<uint4*>(tile + r * kRowStride + col) = values;
-      }
-      __syncthreads();
-    }
 
-    // 4. Partial scores over this warp's 72 columns -> partial[warp].
+    // 4. Partial scores over this warp's 72 columns -> partial[warp]. fp8_ds_mla: each key fragment is
+    //    dequantized from the staged bytes as it is loaded (its 64 columns share one scale, since
+    //    64 divides the scale group of 128) and stored into this warp's columns of the bf16 tile, which
+    //    only this warp reads, after the two CTA barriers below: no extra pass, no extra barrier.
 #pragma unroll
     for (int nt = 0; nt < kCtaChunk / 8; ++nt) {
       float score[kHeadTiles][4];
@@ -322,15 +343,31 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
       for (int mt = 0; mt < kHeadTiles; ++mt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) score[mt][i] = 0.f;
-      const auto* k_row = reinterpret_cast<const uint32_t*>(kv + (nt * 8 + group) * kRowStride);
+      const int row = nt * 8 + group;
+      const unsigned char* slot = stage + row * kStagedRowBytes;  // fp8_ds_mla: the staged bytes
+      const auto* k_row = reinterpret_cast<const uint32_t*>(kv + row * kRowStride);  // bf16: the staged row
+      auto* tile_row = reinterpret_cast<uint32_t*>(smem + layout.tile) + row * (kTileStride / 2);
+      float scale = 0.f;
+      if constexpr (kFp8) scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[warp * kColsPerWarp / kFp8ScaleGroup];
+      // Key columns [col, col + 1) of this lane's row as a bf16 pair (col = 64 w + 16 ks + 8 half + 2 quad).
+      auto key_pair = [&](int ks, int half) -> uint32_t {
+        const int col = warp * kColsPerWarp + ks * 16 + half * 8 + 2 * quad;
+        if constexpr (kFp8) {
+          const uint32_t pair = dequantize_pair(*reinterpret_cast<const uint16_t*>(slot + col), scale);
+          tile_row[col / 2] = pair;
+          return pair;
+        } else {
+          return k_row[col / 2];
+        }
+      };
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const uint32_t b0 = k_row[warp * kColsPerWarp / 2 + ks * 8 + quad];
-        const uint32_t b1 = k_row[warp * kColsPerWarp / 2 + ks * 8 + 4 + quad];
+        const uint32_t b0 = key_pair(ks, 0), b1 = key_pair(ks, 1);
 #pragma unroll
         for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b0, b1);
       }
-      const uint32_t b_rope = k_row[(kKvLoraRank + warp * kRopePerWarp) / 2 + quad];
+      const uint32_t b_rope = kFp8 ? *reinterpret_cast<const uint32_t*>(slot + kFp8RopeOffset + (warp * kRopePerWarp + 2 * quad) * 2)
+                                   : k_row[(kKvLoraRank + warp * kRopePerWarp) / 2 + quad];
 #pragma unroll
       for (int mt = 0; mt < kHeadTiles; ++mt) {
         mma_m16n8k8(score[mt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
@@ -399,7 +436,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           uint32_t v_frag[2];
-          ldmatrix_x2_trans(v_frag, kv + position * kRowStride + warp * kColsPerWarp + nt * 8);
+          ldmatrix_x2_trans(v_frag, kv + position * kOperandStride + warp * kColsPerWarp + nt * 8);
           mma_m16n8k16(out_acc[mt][nt], a, v_frag[0], v_frag[1]);
         }
       }
@@ -424,77 +461,66 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
     const float l = row_sum[h];
     cta_lse[h] = l > 0.f ? row_max[h] + log2f(l) : kNegInf;
   }
-  cluster_arrive();
-  cluster_wait();  // every rank's partial is in its shared memory
+  if constexpr (kCluster > 1) {
+    cluster_arrive();
+    cluster_wait();  // every rank's partial is in its shared memory
+  } else {
+    __syncthreads();
+  }
 
-  // Rank r: columns [64 r, 64 r + 64) of the cluster's 8 partials (16 float4 per head).
-  constexpr int kVectors = kHeads * kColsPerWarp / 4;
-  constexpr int kVectorsPerThread = (kVectors + kThreads - 1) / kThreads;  // 1 or 2
-  float4 merged[kVectorsPerThread];
-  float merged_lse[kVectorsPerThread];
-#pragma unroll
-  for (int k = 0; k < kVectorsPerThread; ++k) {
+  // Rank r: output columns [kColsPerRank r, kColsPerRank (r + 1)) of the cluster's partials (64 of 8
+  // partials, or all 512 of a CTA's own), merged, then written out or (several splits) to the workspace.
+  constexpr int kColsPerRank = kKvLoraRank / kCluster;
+  constexpr int kVectorsPerHead = kColsPerRank / 4;
+  constexpr int kVectors = kHeads * kVectorsPerHead;
+  static_assert(kVectors % kThreads == 0, "every thread merges the same number of float4s");
+  const int64_t group_index = static_cast<int64_t>(token) * p.head_groups + head_group;
+  float* partial_out = p.partial_out + (group_index * p.num_splits + split) * kHeads * kKvLoraRank;
+  float* partial_lse = p.partial_lse + ((group_index * p.num_splits + split) * kClusterSize + rank) * kHeads;
+#pragma unroll 2  // 1 or 2 float4s per thread with 8 ranks, 8 or 16 with one: registers
+  for (int k = 0; k < kVectors / kThreads; ++k) {
     const int v = tid + k * kThreads;
-    const int h = v / (kColsPerWarp / 4), col = rank * kColsPerWarp + (v % (kColsPerWarp / 4)) * 4;
-    float lse[kClusterSize];
-    float4 x[kClusterSize];
+    const int h = v / kVectorsPerHead, col = rank * kColsPerRank + (v % kVectorsPerHead) * 4;
+    float lse[kCluster];
+    float4 x[kCluster];
 #pragma unroll
-    for (int q = 0; q < kClusterSize; ++q) {
-      const bool own_only = p.ablate & kAblateExchange;  // benchmark: no distributed shared memory reads
-      const int source = own_only ? rank : q;
-      lse[q] = *cluster.map_shared_rank(cta_lse + h, source);
-      x[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(cta_out + h * kOutStride + col, source));
+    for (int q = 0; q < kCluster; ++q) {
+      if constexpr (kCluster > 1) {
+        const bool own_only = p.ablate & kAblateExchange;  // benchmark: no distributed shared memory reads
+        const int source = own_only ? rank : q;
+        lse[q] = *cg::this_cluster().map_shared_rank(cta_lse + h, source);
+        x[q] = *reinterpret_cast<const float4*>(cg::this_cluster().map_shared_rank(cta_out + h * kOutStride + col, source));
+      } else {
+        lse[q] = cta_lse[h];
+        x[q] = *reinterpret_cast<const float4*>(cta_out + h * kOutStride + col);
+      }
     }
     float max_lse = kNegInf;
 #pragma unroll
-    for (int q = 0; q < kClusterSize; ++q) max_lse = fmaxf(max_lse, lse[q]);
+    for (int q = 0; q < kCluster; ++q) max_lse = fmaxf(max_lse, lse[q]);
     const float base = max_lse == kNegInf ? 0.f : max_lse;
-    float total = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    WeightedSum sum;
 #pragma unroll
-    for (int q = 0; q < kClusterSize; ++q) {
-      const float w = exp2f(lse[q] - base);  // 0 for a slice without valid positions
-      total += w;
-      acc.x += w * x[q].x;
-      acc.y += w * x[q].y;
-      acc.z += w * x[q].z;
-      acc.w += w * x[q].w;
-    }
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    merged[k] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    merged_lse[k] = total > 0.f ? base + log2f(total) : kNegInf;
-  }
-  cluster_arrive();  // this rank is done reading the others' shared memory (waited for before exit)
-
-  const int64_t group_index = static_cast<int64_t>(token) * p.head_groups + head_group;
-  if (p.num_splits == 1) {
-#pragma unroll
-    for (int k = 0; k < kVectorsPerThread; ++k) {
-      const int v = tid + k * kThreads;
-      const int h = v / (kColsPerWarp / 4), col = rank * kColsPerWarp + (v % (kColsPerWarp / 4)) * 4;
+    for (int q = 0; q < kCluster; ++q) sum.add(exp2f(lse[q] - base), x[q]);  // 0 for a slice without valid positions
+    if (p.num_splits == 1) {
       if (head_base + h >= p.num_heads) continue;
-      auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
-                                              (head_base + h) * p.out_head_stride + col);
-      out[0] = pack_bf16(merged[k].x, merged[k].y);
-      out[1] = pack_bf16(merged[k].z, merged[k].w);
-      if (p.lse != nullptr && rank == 0 && v % (kColsPerWarp / 4) == 0)
-        p.lse[token * p.num_heads + head_base + h] = merged_lse[k] * kLn2;
+      store_output(p, token, head_base + h, col, sum.mean());
+      if (p.lse != nullptr && rank == 0 && v % kVectorsPerHead == 0)
+        p.lse[token * p.num_heads + head_base + h] = sum.lse(base) * kLn2;
+    } else {
+      __stcg(reinterpret_cast<float4*>(partial_out + h * kKvLoraRank + col), sum.mean());
+      if (v % kVectorsPerHead == 0) __stcg(partial_lse + h, sum.lse(base));
     }
-    cluster_wait();
+  }
+  // This rank is done reading the others' shared memory; it waits for them to be done with its own
+  // before it exits.
+  if constexpr (kCluster > 1) cluster_arrive();
+  if (p.num_splits == 1) {
+    if constexpr (kCluster > 1) cluster_wait();
     return;
   }
 
-  // 8. Several splits: this split's merged columns and LSE to the workspace; the last CTA of this
-  //    rank's columns to arrive merges the splits.
-  float* partial_out = p.partial_out + (group_index * p.num_splits + split) * kHeads * kKvLoraRank;
-  float* partial_lse = p.partial_lse + ((group_index * p.num_splits + split) * kClusterSize + rank) * kHeads;
-#pragma unroll
-  for (int k = 0; k < kVectorsPerThread; ++k) {
-    const int v = tid + k * kThreads;
-    const int h = v / (kColsPerWarp / 4), col = rank * kColsPerWarp + (v % (kColsPerWarp / 4)) * 4;
-    __stcg(reinterpret_cast<float4*>(partial_out + h * kKvLoraRank + col), merged[k]);
-    if (v % (kColsPerWarp / 4) == 0) __stcg(partial_lse + h, merged_lse[k]);
-  }
+  // 8. Several splits: the last CTA of this rank's columns to arrive merges the splits.
   __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
   if (tid == 0) {
     __threadfence();  // release: this CTA's partials are visible before its arrival counts
@@ -504,7 +530,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
   }
   __syncthreads();
   if (!arrived_last || (p.ablate & kAblateMerge)) {
-    cluster_wait();
+    if constexpr (kCluster > 1) cluster_wait();
     return;
   }
   __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
@@ -514,9 +540,9 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
   const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
   const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
   for (int v = tid; v < kVectors; v += kThreads) {
-    const int h = v / (kColsPerWarp / 4), col = rank * kColsPerWarp + (v % (kColsPerWarp / 4)) * 4;
-    float running_max = kNegInf, total = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int h = v / kVectorsPerHead, col = rank * kColsPerRank + (v % kVectorsPerHead) * 4;
+    float running_max = kNegInf;
+    WeightedSum sum;
     for (int s0 = 0; s0 < p.num_splits; s0 += kMergeUnroll) {
       float4 x[kMergeUnroll];
       float lse[kMergeUnroll];
@@ -531,102 +557,120 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kThreads,
 #pragma unroll
       for (int u = 0; u < kMergeUnroll; ++u) group_max = fmaxf(group_max, lse[u]);
       const float base = group_max == kNegInf ? 0.f : group_max;  // no (-inf) - (-inf)
-      const float rescale = exp2f(running_max - base);            // 0 while nothing was valid
-      total *= rescale;
-      acc.x *= rescale;
-      acc.y *= rescale;
-      acc.z *= rescale;
-      acc.w *= rescale;
+      sum.rescale(exp2f(running_max - base));                     // 0 while nothing was valid
 #pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) {
-        const float w = exp2f(lse[u] - base);  // 0 for a split without valid positions
-        total += w;
-        acc.x += w * x[u].x;
-        acc.y += w * x[u].y;
-        acc.z += w * x[u].z;
-        acc.w += w * x[u].w;
-      }
+      for (int u = 0; u < kMergeUnroll; ++u) sum.add(exp2f(lse[u] - base), x[u]);  // 0 for a split without valid positions
       running_max = group_max;
     }
     if (head_base + h >= p.num_heads) continue;
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
-                                            (head_base + h) * p.out_head_stride + col);
-    out[0] = pack_bf16(acc.x * inv, acc.y * inv);
-    out[1] = pack_bf16(acc.z * inv, acc.w * inv);
-    if (p.lse != nullptr && rank == 0 && v % (kColsPerWarp / 4) == 0)
-      p.lse[token * p.num_heads + head_base + h] = total > 0.f ? (running_max + log2f(total)) * kLn2 : kNegInf;
+    store_output(p, token, head_base + h, col, sum.mean());
+    if (p.lse != nullptr && rank == 0 && v % kVectorsPerHead == 0)
+      p.lse[token * p.num_heads + head_base + h] = sum.lse(running_max) * kLn2;
   }
-  cluster_wait();
+  if constexpr (kCluster > 1) cluster_wait();
 }
 
-// Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
-template <int kHeadTiles, int kCtaChunk, bool kFp8>
-cudaError_t allow_shared_memory(int bytes) {
-  constexpr int kMaxDevices = 64;
-  static int configured_bytes[kMaxDevices] = {};
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return error;
-  if (device < kMaxDevices && bytes <= configured_bytes[device]) return cudaSuccess;
-  error = cudaFuncSetAttribute(sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (error == cudaSuccess && device < kMaxDevices) configured_bytes[device] = bytes;
-  return error;
-}
-
-template <int kHeadTiles, int kCtaChunk, bool kFp8>
+template <int kHeadTiles, int kCtaChunk, bool kFp8, int kCluster>
 struct Kernel {
-  static cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
-    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, p.positions_per_split);
-    const cudaError_t error = allow_shared_memory<kHeadTiles, kCtaChunk, kFp8>(bytes);
+  static constexpr auto kFunction = sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8, kCluster>;
+
+  // Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
+  static cudaError_t allow_shared_memory(int bytes) {
+    constexpr int kMaxDevices = 64;
+    static int configured_bytes[kMaxDevices] = {};
+    int device = 0;
+    cudaError_t error = cudaGetDevice(&device);
     if (error != cudaSuccess) return error;
-    const dim3 grid(kClusterSize, p.num_splits, p.num_tokens * p.head_groups);
-    sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8><<<grid, kThreads, bytes, stream>>>(p);
-    return cudaGetLastError();
+    if (device < kMaxDevices && bytes <= configured_bytes[device]) return cudaSuccess;
+    error = cudaFuncSetAttribute(kFunction, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (error == cudaSuccess && device < kMaxDevices) configured_bytes[device] = bytes;
+    return error;
+  }
+
+  // Grid kCluster x splits x (tokens * head groups) CTAs of kThreads, in clusters of kCluster along x.
+  static cudaLaunchConfig_t config(int num_splits, int token_groups, int bytes, cudaStream_t stream,
+                                   cudaLaunchAttribute* cluster) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(kCluster, num_splits, token_groups);
+    config.blockDim = dim3(kThreads, 1, 1);
+    config.dynamicSmemBytes = bytes;
+    config.stream = stream;
+    cluster->id = cudaLaunchAttributeClusterDimension;
+    cluster->val.clusterDim.x = kCluster;
+    cluster->val.clusterDim.y = 1;
+    cluster->val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = kCluster > 1 ? 1 : 0;
+    return config;
+  }
+
+  static cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
+    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, kCluster, p.positions_per_split);
+    const cudaError_t error = allow_shared_memory(bytes);
+    if (error != cudaSuccess) return error;
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t launch_config = config(p.num_splits, p.num_tokens * p.head_groups, bytes, stream, &cluster);
+    return cudaLaunchKernelEx(&launch_config, kFunction, p);
   }
 
   static cudaError_t max_active_clusters(int positions_per_split, int* clusters) {
-    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, positions_per_split);
-    const cudaError_t error = allow_shared_memory<kHeadTiles, kCtaChunk, kFp8>(bytes);
+    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, kCluster, positions_per_split);
+    cudaError_t error = allow_shared_memory(bytes);
     if (error != cudaSuccess) return error;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(kClusterSize, 1, 1);
-    config.blockDim = dim3(kThreads, 1, 1);
-    config.dynamicSmemBytes = bytes;
-    return cudaOccupancyMaxActiveClusters(clusters, sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8>, &config);
+    if constexpr (kCluster > 1) {
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t launch_config = config(1, 1, bytes, nullptr, &cluster);
+      return cudaOccupancyMaxActiveClusters(clusters, kFunction, &launch_config);
+    }
+    int device = 0, sms = 0, per_sm = 0;
+    if ((error = cudaGetDevice(&device)) != cudaSuccess) return error;
+    if ((error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return error;
+    if ((error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kFunction, kThreads, bytes)) != cudaSuccess)
+      return error;
+    *clusters = sms * per_sm;
+    return cudaSuccess;
   }
 };
 
-// Calls `action` with the Kernel instantiation of (head_tiles, cta_chunk, cache format);
-// cudaErrorInvalidValue for others.
+// Calls `action` with the Kernel instantiation of (head_tiles, cta_chunk, cluster_size) for the cache
+// format kFp8; cudaErrorInvalidValue for others.
 template <bool kFp8, typename Action>
-cudaError_t dispatch_shape(int head_tiles, int cta_chunk, Action action) {
-  if (head_tiles == 1 && cta_chunk == 16) return action(Kernel<1, 16, kFp8>{});
-  if (head_tiles == 1 && cta_chunk == 32) return action(Kernel<1, 32, kFp8>{});
-  if (head_tiles == 2 && cta_chunk == 16) return action(Kernel<2, 16, kFp8>{});
-  if (head_tiles == 2 && cta_chunk == 32) return action(Kernel<2, 32, kFp8>{});
+cudaError_t dispatch_shape(int head_tiles, int cta_chunk, int cluster_size, Action action) {
+  if (cluster_size == kClusterSize) {
+    if (head_tiles == 1 && cta_chunk == 16) return action(Kernel<1, 16, kFp8, kClusterSize>{});
+    if (head_tiles == 1 && cta_chunk == 32) return action(Kernel<1, 32, kFp8, kClusterSize>{});
+    if (head_tiles == 2 && cta_chunk == 16) return action(Kernel<2, 16, kFp8, kClusterSize>{});
+    if (head_tiles == 2 && cta_chunk == 32) return action(Kernel<2, 32, kFp8, kClusterSize>{});
+  }
+  if (cluster_size == 1) {
+    if (head_tiles == 1 && cta_chunk == 16) return action(Kernel<1, 16, kFp8, 1>{});
+    if (head_tiles == 1 && cta_chunk == 32) return action(Kernel<1, 32, kFp8, 1>{});
+    if (head_tiles == 2 && cta_chunk == 16) return action(Kernel<2, 16, kFp8, 1>{});
+    if (head_tiles == 2 && cta_chunk == 32) return action(Kernel<2, 32, kFp8, 1>{});
+  }
   return cudaErrorInvalidValue;
 }
 
 template <typename Action>
-cudaError_t dispatch(int head_tiles, int cta_chunk, bool fp8, Action action) {
-  return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, action) : dispatch_shape<false>(head_tiles, cta_chunk, action);
+cudaError_t dispatch(int head_tiles, int cta_chunk, bool fp8, int cluster_size, Action action) {
+  return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, cluster_size, action)
+             : dispatch_shape<false>(head_tiles, cta_chunk, cluster_size, action);
 }
 
 }  // namespace
 
-int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int positions_per_split) {
-  return SharedLayout(head_tiles, cta_chunk, fp8, positions_per_split).total;
+int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split) {
+  return SharedLayout(head_tiles, cta_chunk, fp8, cluster_size, positions_per_split).total;
 }
 
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {
-  return dispatch(params.head_tiles, params.cta_chunk, params.kv_fp8 != 0,
+  return dispatch(params.head_tiles, params.cta_chunk, params.kv_fp8 != 0, params.cluster_size,
                   [&](auto kernel) { return kernel.launch(params, stream); });
 }
 
-cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int positions_per_split, int* clusters) {
-  return dispatch(head_tiles, cta_chunk, fp8,
+cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split,
+                                int* clusters) {
+  return dispatch(head_tiles, cta_chunk, fp8, cluster_size,
                   [&](auto kernel) { return kernel.max_active_clusters(positions_per_split, clusters); });
 }
 

@@ -28,21 +28,24 @@ void check_workspace(const char* name, const OptionalTensor& t, at::ScalarType d
                     " elements, got ", t->numel());
 }
 
-// A CTA's pipeline stage (16 or 32 positions) and a split's positions: 8 CTAs' whole stages.
-void check_split_shape(int64_t cta_chunk, int64_t positions_per_split) {
+// A CTA's pipeline stage (16 or 32 positions), the CTAs of a split (8 or 1) and a split's positions:
+// its CTAs' whole stages.
+void check_split_shape(int64_t cta_chunk, int64_t cluster_size, int64_t positions_per_split) {
   TORCH_CHECK_VALUE(cta_chunk == 16 || cta_chunk == 32, "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ",
                     cta_chunk);
-  const int64_t granule = kClusterSize * cta_chunk;
+  TORCH_CHECK_VALUE(cluster_size == kClusterSize || cluster_size == 1, "sparse_mla: argument 'cluster_size' expected ",
+                    kClusterSize, " or 1, got ", cluster_size);
+  const int64_t granule = cluster_size * cta_chunk;
   TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % granule == 0 &&
                         positions_per_split <= kMaxPositionsPerSplit,
                     "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", granule,
-                    " (8 * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+                    " (cluster_size * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
 }
 
 void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& kv_cache,
          const at::Tensor& topk_indices, const at::Tensor& req_id, const at::Tensor& token_kv_len,
          const at::Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t cta_chunk,
-         int64_t num_splits, int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
+         int64_t cluster_size, int64_t num_splits, int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
          const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters,
          int64_t ablate) {
   TORCH_CHECK_VALUE(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got device ",
@@ -81,7 +84,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
                     "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
   TORCH_CHECK_VALUE(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",
                     kMaxSplits, ", got ", num_splits);
-  check_split_shape(cta_chunk, positions_per_split);
+  check_split_shape(cta_chunk, cluster_size, positions_per_split);
   TORCH_CHECK_VALUE(num_splits * positions_per_split >= topk, "sparse_mla: num_splits * positions_per_split = ",
                     num_splits * positions_per_split, " expected to cover topk = ", topk);
   const int64_t heads_per_cta = kHeadTileRows * head_tiles;
@@ -98,7 +101,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   int max_shared = 0;
   cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index());
   const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
-                                         static_cast<int>(positions_per_split));
+                                         static_cast<int>(cluster_size), static_cast<int>(positions_per_split));
   TORCH_CHECK_VALUE(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
                     " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
                     positions_per_split, "; this device allows ", max_shared);
@@ -127,6 +130,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.num_heads = static_cast<int>(num_heads);
   p.head_tiles = static_cast<int>(head_tiles);
   p.cta_chunk = static_cast<int>(cta_chunk);
+  p.cluster_size = static_cast<int>(cluster_size);
   p.head_groups = static_cast<int>(head_groups);
   p.num_splits = static_cast<int>(num_splits);
   p.positions_per_split = static_cast<int>(positions_per_split);
@@ -136,13 +140,15 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
 }
 
-int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, bool kv_fp8, int64_t positions_per_split) {
+int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, bool kv_fp8,
+                               int64_t positions_per_split) {
   TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2,
                     "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
-  check_split_shape(cta_chunk, positions_per_split);
+  check_split_shape(cta_chunk, cluster_size, positions_per_split);
   int clusters = 0;
-  const cudaError_t error = max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
-                                                static_cast<int>(positions_per_split), &clusters);
+  const cudaError_t error =
+      max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
+                          static_cast<int>(cluster_size), static_cast<int>(positions_per_split), &clusters);
   TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(error));
   return clusters;
 }
@@ -154,11 +160,14 @@ int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, bool kv_fp
 TORCH_LIBRARY(sparse_mla_decode, m) {
   m.def(
       "fwd(Tensor q_nope, Tensor q_rope, Tensor kv_cache, Tensor topk_indices, Tensor req_id, "
-      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int cta_chunk, int num_splits, "
+      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int cta_chunk, "
+      "int cluster_size, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
       "Tensor(d!)? partial_lse, Tensor(e!)? counters, int ablate=0) -> ()");
   // No tensor argument: one kernel for every dispatch key, on the current CUDA device.
-  m.def("max_active_clusters(int head_tiles, int cta_chunk, bool kv_fp8, int positions_per_split) -> int",
+  m.def(
+      "max_active_clusters(int head_tiles, int cta_chunk, int cluster_size, bool kv_fp8, int positions_per_split) "
+      "-> int",
         &sparse_mla::decode::max_active_clusters_op);
 }
 

@@ -33,14 +33,15 @@ def _num_sms():
     return torch.cuda.get_device_properties(_device()).multi_processor_count
 
 
-def plan_with(num_tokens, num_heads, num_splits, cta_chunk):
+def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.CLUSTER_SIZE):
     """The planner's head tiling for ``(T, N)`` with about ``num_splits`` splits of ``cta_chunk``-position
-    stages instead of its own choice (fewer when ``num_splits`` does not divide top-k into whole stages)."""
+    stages on ``cluster_size`` CTAs each instead of its own choice (fewer when ``num_splits`` does not
+    divide top-k into whole stages)."""
     planned = decode.plan(num_tokens, num_heads, _num_sms())
-    granule = decode.CLUSTER_SIZE * cta_chunk
+    granule = cluster_size * cta_chunk
     positions = -(-INDEX_TOPK // num_splits // granule) * granule
     return decode.DecodePlan(num_tokens, num_heads, planned.head_tiles, cta_chunk, planned.head_groups,
-                             -(-INDEX_TOPK // positions), positions)
+                             -(-INDEX_TOPK // positions), positions, cluster_size)
 
 
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):
@@ -65,14 +66,16 @@ def test_matches_reference(num_heads, num_tokens):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {launch}")
 
 
-@pytest.mark.parametrize("num_splits", [1, 3, 16])
+@pytest.mark.parametrize("num_splits", [1, 3, 16, 64])
 @pytest.mark.parametrize("num_heads", [16, 48])
 @pytest.mark.parametrize("cta_chunk", decode.CTA_CHUNKS)
-def test_any_split_count(num_splits, num_heads, cta_chunk):
+@pytest.mark.parametrize("cluster_size", decode.CLUSTER_SIZES)
+def test_any_split_count(num_splits, num_heads, cta_chunk, cluster_size):
     """Splits that do not divide top-k evenly, one split over all 2048 positions, the most splits
-    (16 of 128 positions with 16-position stages; 8 of 256 with 32), with either stage size."""
+    (clusters of 8: 16 of 128 positions with 16-position stages, 8 of 256 with 32; one CTA per split:
+    64 of 32), with either stage size and either cluster size."""
     case = testing.make_attention_case(3, num_heads, _device(), seed=num_splits, pattern="scattered", drop_fraction=0.3)
-    launch = plan_with(3, num_heads, num_splits, cta_chunk)
+    launch = plan_with(3, num_heads, num_splits, cta_chunk, cluster_size)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))
 
@@ -156,10 +159,11 @@ def _fp8_case(case):
     return dataclasses.replace(case, kv_cache=testing.fp8_ds_mla_kv_cache(case.kv_cache))
 
 
-@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 16), (2, 32), (1, 128), (16, 48), (33, 7)])
+@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 16), (2, 32), (1, 128), (16, 48), (33, 7), (40, 128)])
 def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     """The fp8_ds_mla cache (uint8 [num_blocks, 64, 656]) against the reference on its dequantized values,
-    with invalid entries; both CTA stage sizes (T * head groups <= 4 takes 32 positions, more take 16)."""
+    with invalid entries; both CTA stage sizes (T * head groups <= 4 takes 32 positions, more take 16)
+    and both cluster sizes (one CTA per split from T * head groups = 32 on)."""
     case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
                                                  pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     out, lse = run_decode(case)
@@ -167,7 +171,8 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
 
 
 @pytest.mark.parametrize("cta_chunk", decode.CTA_CHUNKS)
-def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk):
+@pytest.mark.parametrize("cluster_size", decode.CLUSTER_SIZES)
+def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluster_size):
     """Blocks apart by a NaN-filled gap (never read), 128-groups scaled from 1e-4 to 1e3 within each slot
     and some all-zero groups (scale 0). Queries are scaled by 1e-3 so that scores stay O(1) (at 1e3 the
     bf16 rounding of dequantized values, 2^-9 relative, would move scores of ~1e3 by whole units);
@@ -180,9 +185,9 @@ def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk):
     flat[:, :512] = groups.view(-1, 512).to(torch.bfloat16)
     case.q_nope.mul_(1e-3)
     case = dataclasses.replace(case, kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(case.kv_cache), 32))
-    out, lse = run_decode(case, plan_with(3, 16, 4, cta_chunk))
+    out, lse = run_decode(case, plan_with(3, 16, 4, cta_chunk, cluster_size))
     ref_out, ref_lse = case.reference()
-    testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"fp8 padded, stage {cta_chunk}")
+    testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"fp8 padded, stage {cta_chunk}, cluster {cluster_size}")
     for g in range(4):
         cols = slice(128 * g, 128 * g + 128)
         err = testing.relative_error(out[..., cols], ref_out[..., cols])
@@ -245,6 +250,8 @@ def test_bad_arguments_raise_naming_the_argument():
         call(inputs, lse=lse[:1])
     with pytest.raises(ValueError, match="launch"):
         call(inputs, launch=decode.plan(3, 16, _num_sms()))
+    with pytest.raises(ValueError, match="cluster_size"):
+        call(inputs, launch=dataclasses.replace(launch, cluster_size=2))
     if launch.num_splits > 1:
         with pytest.raises(ValueError, match="workspace"):
             call(inputs, workspace=None)

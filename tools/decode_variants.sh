@@ -62,11 +62,12 @@ for source in "${variants[@]}"; do
   export SPARSE_MLA_DECODE_LIBRARY=$lib
   PYTHONPATH=py python3 -c "
 from sparse_mla.ops import decode
-for tiles in (1, 2):
-    for chunk in decode.CTA_CHUNKS:
-        print('  clusters per wave, head_tiles', tiles, 'cta_chunk', chunk,
-              [(pps, decode.max_active_clusters(tiles, chunk, pps, 0)) for pps in (256, 512, 1024, 2048)])
-" 2>&1 | tail -4 | tee -a "$summary"
+for size in decode.CLUSTER_SIZES:
+    for tiles in (1, 2):
+        for chunk in decode.CTA_CHUNKS:
+            print('  clusters of', size, 'per wave, head_tiles', tiles, 'cta_chunk', chunk,
+                  [(pps, decode.max_active_clusters(tiles, chunk, size, pps, 0)) for pps in (256, 512, 1024, 2048)])
+" 2>&1 | tail -8 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
     PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"

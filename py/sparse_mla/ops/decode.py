@@ -3,9 +3,9 @@
 holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 
 One launch per call: each CTA gathers whole slots of its slice of a token's top-k row and attends
-them on its own; the 8 CTAs of a cluster merge their slices through distributed shared memory, and
-(when a token's positions are split over several clusters) the last-arriving CTA merges the splits.
-The kernel file's header says how.
+them on its own; the 8 CTAs of a cluster merge their slices through distributed shared memory (small
+grids), or one CTA takes a whole split (large grids), and (when a token's positions are split over
+several clusters) the last-arriving CTA merges the splits. The kernel file's header says how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
 this package in the runfiles); outside Bazel, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
@@ -31,8 +31,15 @@ LIBRARY_NAME = "libsparse_mla_decode.so"
 LIBRARY_ENV = "SPARSE_MLA_DECODE_LIBRARY"
 
 CLUSTER_SIZE = 8
-"""CTAs per cluster, i.e. slices of one split; rank r merges output columns [64 r, 64 r + 64)
-(``kClusterSize`` in cc/sparse_decode.h)."""
+"""CTAs per cluster of a small grid, i.e. slices of one split; rank r merges output columns
+[64 r, 64 r + 64) (``kClusterSize`` in cc/sparse_decode.h). The workspace is laid out for it."""
+
+CLUSTER_SIZES = (CLUSTER_SIZE, 1)
+"""CTAs per split the kernel is built for: 8 (slices merged through distributed shared memory) or 1."""
+
+SINGLE_CTA_MIN_GROUPS = 32
+"""The plan takes one CTA per split from ``T * head_groups`` of this many on, clusters of 8 below:
+measured on the H200 (results/2026-11-30-h200/release3/README.md)."""
 
 HEAD_TILE_ROWS = 16
 """Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1 or 2 tiles."""
@@ -42,7 +49,7 @@ MAX_SPLITS = 64
 
 CTA_CHUNKS = (16, 32)
 """Positions per pipeline stage of one CTA the kernel is built for; a split covers a multiple of
-``CLUSTER_SIZE * cta_chunk`` positions."""
+``cluster_size * cta_chunk`` positions."""
 
 LARGE_CHUNK_MAX_GROUPS = 4
 """The plan takes 32-position stages while ``T * head_groups`` is at most this, else 16: measured on
@@ -60,7 +67,7 @@ H200, N = 16, T = 1 and 16: results/2026-11-30-h200/release2/decode_kernel_itera
 class DecodePlan:
     """Launch configuration of one call; depends only on ``(T, N, SMs, topk, ctas_per_sm)``.
 
-    Grid: ``CLUSTER_SIZE x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads.
+    Grid: ``cluster_size x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads.
     """
 
     num_tokens: int
@@ -69,7 +76,8 @@ class DecodePlan:
     cta_chunk: int  # positions per pipeline stage of one CTA, in CTA_CHUNKS
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
-    positions_per_split: int  # multiple of CLUSTER_SIZE * cta_chunk
+    positions_per_split: int  # multiple of cluster_size * cta_chunk
+    cluster_size: int = CLUSTER_SIZE  # CTAs per split, in CLUSTER_SIZES
 
     @property
     def heads_per_cta(self) -> int:
@@ -77,7 +85,7 @@ class DecodePlan:
 
     @property
     def num_ctas(self) -> int:
-        return CLUSTER_SIZE * self.num_splits * self.num_tokens * self.head_groups
+        return self.cluster_size * self.num_splits * self.num_tokens * self.head_groups
 
     @property
     def partial_out_numel(self) -> int:
@@ -105,31 +113,36 @@ def plan(
     num_sms: int,
     topk: int = INDEX_TOPK,
     ctas_per_sm: Optional[int] = None,
-    cluster_capacity: Optional[Callable[[int, int, int], int]] = None,
+    cluster_capacity: Optional[Callable[[int, int, int, int], int]] = None,
+    cluster_size: Optional[int] = None,
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA: 16 for ``N <= 16``, else 32 (``ceil(N / 32)`` head groups). Stage of a CTA:
-    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16; a split covers a
-    multiple of ``8 * cta_chunk`` positions (one stage of each CTA of its cluster). Clusters without
-    splitting: ``T * head_groups``; splits ``s = floor(num_sms * ctas_per_sm / (8 * T * head_groups))``
-    clamped to ``[1, min(64, topk / (8 * cta_chunk))]``, then positions per split ``ceil(topk / s)``
-    rounded up to ``8 * cta_chunk`` (and ``s`` reduced to the splits that still hold positions).
+    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16. CTAs per split
+    (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
+    split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
+    Splits ``s = floor(num_sms * ctas_per_sm / (cluster_size * T * head_groups))`` clamped to
+    ``[1, min(64, topk / (cluster_size * cta_chunk))]``, then positions per split ``ceil(topk / s)``
+    rounded up to that granule (and ``s`` reduced to the splits that still hold positions).
     ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2 above (measured with the first
-    release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv; not re-measured since). Example (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256
-    positions (64 CTAs of 32 positions), T = 16 → 1 split.
+    release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv; not re-measured since). Example
+    (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256 positions (64 CTAs of 32 positions),
+    T = 8 → 4 splits of 512.
 
-    ``cluster_capacity(head_tiles, cta_chunk, positions_per_split)``, when given, is the number of
-    clusters the device runs at once (:func:`max_active_clusters`). A cluster's 8 CTAs must share one
-    GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM`` suggests, and a grid one cluster too large
-    runs twice as long. The splits are then chosen, up to the count above, to minimize waves x
-    (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the fewest splits among equals.
+    ``cluster_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split)``, when given, is the
+    number of clusters (CTAs, for ``cluster_size`` 1) the device runs at once (:func:`max_active_clusters`).
+    A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
+    suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
+    the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
+    fewest splits among equals.
 
     Raises
     ------
     ValueError
         ``num_heads`` outside [1, 128], a negative ``num_tokens`` (0: an all-padding step, nothing
-        launched), or a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``.
+        launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, or ``cluster_size`` not in
+        :data:`CLUSTER_SIZES`.
     """
     if not 1 <= num_heads <= 128:
         raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
@@ -138,22 +151,26 @@ def plan(
     for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
+    if cluster_size is not None and cluster_size not in CLUSTER_SIZES:
+        raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
     head_tiles = 1 if num_heads <= 16 else 2
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
     token_groups = max(num_tokens, 1) * head_groups
     if ctas_per_sm is None:
         ctas_per_sm = 1 if token_groups <= 2 else 2
+    if cluster_size is None:
+        cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS else 1
     cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS else CTA_CHUNKS[0]
-    granule = CLUSTER_SIZE * cta_chunk
+    granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
-    splits = (num_sms * ctas_per_sm) // (CLUSTER_SIZE * token_groups)
+    splits = (num_sms * ctas_per_sm) // (cluster_size * token_groups)
     splits = max(1, min(splits, MAX_SPLITS, chunks))
     if cluster_capacity is not None:
 
         def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA)
             positions = -(-chunks // s) * granule
-            capacity = max(1, cluster_capacity(head_tiles, cta_chunk, positions))
-            return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // CLUSTER_SIZE)
+            capacity = max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, positions))
+            return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // cluster_size)
 
         splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * granule
@@ -165,6 +182,7 @@ def plan(
         head_groups=head_groups,
         num_splits=-(-topk // positions_per_split),
         positions_per_split=positions_per_split,
+        cluster_size=cluster_size,
     )
 
 
@@ -197,40 +215,48 @@ class DecodeWorkspace:
         cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
         ctas_per_sm: Optional[int] = None,
     ) -> "DecodeWorkspace":
-        """Buffers for every token count ``1..max_tokens`` of :func:`plan` (only small counts split)."""
+        """Buffers for every token count ``1..max_tokens`` of :func:`plan`, with either cluster size.
+
+        Only grids smaller than ``num_sms * ctas_per_sm`` CTAs split, so the buffers stay below
+        ``num_sms * ctas_per_sm * 32 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200)."""
         plans = []
         for t in range(1, max_tokens + 1):
-            plans.append(plan(t, num_heads, num_sms, topk, ctas_per_sm))
-            if plans[-1].num_splits == 1 and t > 2:
+            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, cluster_size=size) for size in CLUSTER_SIZES]
+            plans += step
+            if t > 2 and all(p.num_splits == 1 for p in step):
                 break  # more tokens never split again (the default CTAs per SM is fixed from T = 3 on)
         return cls.for_plans(plans, device)
 
 
 @functools.lru_cache(maxsize=None)
-def max_active_clusters(head_tiles: int, cta_chunk: int, positions_per_split: int, device_index: int) -> int:
+def max_active_clusters(
+    head_tiles: int, cta_chunk: int, cluster_size: int, positions_per_split: int, device_index: int
+) -> int:
     """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
-    (``cudaOccupancyMaxActiveClusters``; cached). Pass it to :func:`plan` as ``cluster_capacity``.
-    Counted for the bf16 cache's kernel: the fp8_ds_mla one stages 656-byte rows in less shared
-    memory, so at least as many of its clusters fit and one plan serves both formats.
+    (``cudaOccupancyMaxActiveClusters``; for ``cluster_size`` 1, CTAs per SM times SMs; cached). Pass
+    it to :func:`plan` as ``cluster_capacity``. Counted for the bf16 cache's kernel: the fp8_ds_mla one
+    stages 656-byte rows in less shared memory, so at least as many of its clusters fit and one plan
+    serves both formats.
 
     Raises
     ------
     RuntimeError
         The op library is not available (the reason is in the message) or the query failed.
     ValueError
-        ``head_tiles`` not 1 or 2, ``cta_chunk`` not 16 or 32, or ``positions_per_split`` not a
-        multiple of ``8 * cta_chunk`` in (0, 8192].
+        ``head_tiles`` not 1 or 2, ``cta_chunk`` not 16 or 32, ``cluster_size`` not 8 or 1, or
+        ``positions_per_split`` not a multiple of ``cluster_size * cta_chunk`` in (0, 8192].
     """
     availability = is_available()
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
     with torch.cuda.device(device_index):
-        return torch.ops.sparse_mla_decode.max_active_clusters(head_tiles, cta_chunk, False, positions_per_split)
+        return torch.ops.sparse_mla_decode.max_active_clusters(
+            head_tiles, cta_chunk, cluster_size, False, positions_per_split)
 
 
-def cluster_capacity(device_index: int) -> Callable[[int, int, int], int]:
+def cluster_capacity(device_index: int) -> Callable[[int, int, int, int], int]:
     """:func:`plan`'s ``cluster_capacity`` on CUDA device ``device_index``: ``(head_tiles, cta_chunk,
-    positions_per_split) -> clusters per wave`` (:func:`max_active_clusters`)."""
+    cluster_size, positions_per_split) -> clusters per wave`` (:func:`max_active_clusters`)."""
     return functools.partial(max_active_clusters, device_index=device_index)
 
 
@@ -327,7 +353,7 @@ def sparse_mla_decode(
         raise ValueError(f"sparse_mla: argument 'workspace' is required for a plan of {launch.num_splits} splits, got None")
     torch.ops.sparse_mla_decode.fwd(
         q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
-        launch.head_tiles, launch.cta_chunk, launch.num_splits, launch.positions_per_split, out, lse,
+        launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits, launch.positions_per_split, out, lse,
         split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
         _ablate,
     )
