@@ -112,6 +112,7 @@ def test_workspace_covers_every_planned_token_count(num_heads):
     (dict(num_tokens=1, num_heads=16, num_sms=0), "num_sms"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, topk=0), "topk"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, cluster_size=4), "cluster_size"),
+    (dict(num_tokens=1, num_heads=16, num_sms=132, cta_chunk=64), "cta_chunk"),
 ])
 def test_plan_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -116,6 +116,7 @@ flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
                   "Grid: KV-cache formats each path is timed on where it reads them (bfloat16, fp8_ds_mla).")
 flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge, 2 gather, 4 split merge; wrong results).")
 flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode kernel's plan (8 or 1); default: the plan's rule (sparse_mla.ops.decode.plan).")
+flags.DEFINE_integer("decode_cta_chunk", None, "Positions per pipeline stage of a decode CTA (16 or 32); default: the plan's rule.")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
@@ -309,7 +310,8 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
     num_tokens, num_heads = c.q_nope.shape[:2]
     num_sms = torch.cuda.get_device_properties(kv_cache.device).multi_processor_count
     launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm,
-                         decode.cluster_capacity(torch.cuda.current_device()), FLAGS.decode_cluster_size)
+                         decode.cluster_capacity(torch.cuda.current_device()), FLAGS.decode_cluster_size,
+                         FLAGS.decode_cta_chunk)
     workspace = decode.DecodeWorkspace.for_plans([launch], kv_cache.device)
     b = c.batch
     return lambda: decode.sparse_mla_decode(

@@ -115,11 +115,12 @@ def plan(
     ctas_per_sm: Optional[int] = None,
     cluster_capacity: Optional[Callable[[int, int, int, int], int]] = None,
     cluster_size: Optional[int] = None,
+    cta_chunk: Optional[int] = None,
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA: 16 for ``N <= 16``, else 32 (``ceil(N / 32)`` head groups). Stage of a CTA:
-    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16. CTAs per split
+    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
     split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
     Splits ``s = floor(num_sms * ctas_per_sm / (cluster_size * T * head_groups))`` clamped to
@@ -141,8 +142,8 @@ def plan(
     ------
     ValueError
         ``num_heads`` outside [1, 128], a negative ``num_tokens`` (0: an all-padding step, nothing
-        launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, or ``cluster_size`` not in
-        :data:`CLUSTER_SIZES`.
+        launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``cluster_size`` not in
+        :data:`CLUSTER_SIZES` or ``cta_chunk`` not in :data:`CTA_CHUNKS`.
     """
     if not 1 <= num_heads <= 128:
         raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
@@ -153,6 +154,8 @@ def plan(
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
     if cluster_size is not None and cluster_size not in CLUSTER_SIZES:
         raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
+    if cta_chunk is not None and cta_chunk not in CTA_CHUNKS:
+        raise ValueError(f"sparse_mla: argument 'cta_chunk' expected one of {CTA_CHUNKS}, got {cta_chunk}")
     head_tiles = 1 if num_heads <= 16 else 2
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
     token_groups = max(num_tokens, 1) * head_groups
@@ -160,7 +163,8 @@ def plan(
         ctas_per_sm = 1 if token_groups <= 2 else 2
     if cluster_size is None:
         cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS else 1
-    cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS else CTA_CHUNKS[0]
+    if cta_chunk is None:
+        cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS else CTA_CHUNKS[0]
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
     splits = (num_sms * ctas_per_sm) // (cluster_size * token_groups)
