@@ -6,14 +6,16 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [test] [gpu_test] [libs] [bench] [host_time] [ablate] [decode] [memcheck]
-#        [-- extra bench flags]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [bench] [host_time] [ablate] [decode]
+#        [memcheck] [-- extra bench flags]
+#   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
+#   against an FA3 library of an earlier build when FA3's sources have not changed.
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
 #   libs: copies the built op libraries to $OUT/libs (carry them to a later call: SPARSE_MLA_*_LIBRARY).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   ablate: the decode kernel with each stage left out (cluster merge, gather, split merge, all) at N 16/128, T 1/16.
-#   decode: builds only our decode kernel's library (no FA3: seconds, not minutes), runs its GPU tests
-#   and times the decode and Triton paths at small T (extra bench flags apply).
+#   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
+#   timed at small T (extra bench flags apply).
 #   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
@@ -48,6 +50,12 @@ for step in "${steps[@]}"; do
       rc=${PIPESTATUS[0]}
       echo "build: rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
       find bazel-bin/cc/_objs -name "*.o" | sed "s/^/  object: /" | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    decode_build)
+      "$bazel" build "${flags[@]}" //cc:libsparse_mla_decode.so 2>&1 | tee "$out/build.log" | grep -E "ERROR|error:|Elapsed" | tail -20
+      rc=${PIPESTATUS[0]}
+      echo "decode_build: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     test)
@@ -102,9 +110,6 @@ for step in "${steps[@]}"; do
       done | tee "$out/ablate/ablate.txt"
       ;;
     decode)
-      "$bazel" build "${flags[@]}" //cc:libsparse_mla_decode.so 2>&1 | grep -E "ERROR|error|Elapsed" | tail -20
-      rc=${PIPESTATUS[0]}
-      echo "decode build: rc=$rc" | tee -a "$out/summary.txt"
       export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so
       PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
       echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
