@@ -306,8 +306,8 @@ def sparse_mla_decode(
         strides even (views of a fused `[T, N, 576]` query are fine).
     kv_cache : torch.Tensor
         `[num_blocks, 64, 576]` bf16, or the fp8_ds_mla cache `[num_blocks, 64, 656]` uint8
-        (:mod:`sparse_mla.fp8_ds_mla`, dequantized in the kernel: each gathered chunk is converted in
-        registers into the bf16 operand tile in shared memory, never a copy of the cache); slot elements
+        (:mod:`sparse_mla.fp8_ds_mla`, dequantized in the kernel: each warp converts its columns of a
+        gathered chunk in registers as it loads them, never a copy of the cache); slot elements
         contiguous; block and slot strides multiples of 16 bytes (a padded block stride is fine).
     topk_indices : torch.Tensor
         `[T, topk]` int32 request-local positions; ``-1``, positions ``>= token_kv_len``, past the
