@@ -344,30 +344,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
 #pragma unroll
         for (int i = 0; i < 4; ++i) score[mt][i] = 0.f;
       const int row = nt * 8 + group;
-      const unsigned char* slot = stage + row * kStagedRowBytes;  // fp8_ds_mla: the staged bytes
-      const auto* k_row = reinterpret_cast<const uint32_t*>(kv + row * kRowStride);  // bf16: the staged row
-      auto* tile_row = reinterpret_cast<uint32_t*>(smem + layout.tile) + row * (kTileStride / 2);
-      float scale = 0.f;
-      if constexpr (kFp8) scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[warp * kColsPerWarp / kFp8ScaleGroup];
-      // Key columns [col, col + 1) of this lane's row as a bf16 pair (col = 64 w + 16 ks + 8 half + 2 quad).
-      auto key_pair = [&](int ks, int half) -> uint32_t {
-        const int col = warp * kColsPerWarp + ks * 16 + half * 8 + 2 * quad;
-        if constexpr (kFp8) {
-          const uint32_t pair = dequantize_pair(*reinterpret_cast<const uint16_t*>(slot + col), scale);
-          tile_row[col / 2] = pair;
-          return pair;
-        } else {
-          return k_row[col / 2];
+      uint32_t b_rope;
+      if constexpr (kFp8) {
+        const unsigned char* slot = stage + row * kStagedRowBytes;
+        const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[warp * kColsPerWarp / kFp8ScaleGroup];
+        auto* tile_row = reinterpret_cast<uint32_t*>(smem + layout.tile) + row * (kTileStride / 2);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const int col = warp * kColsPerWarp + ks * 16 + 2 * quad;
+          const uint32_t b0 = dequantize_pair(*reinterpret_cast<const uint16_t*>(slot + col), scale);
+          const uint32_t b1 = dequantize_pair(*reinterpret_cast<const uint16_t*>(slot + col + 8), scale);
+          tile_row[col / 2] = b0;
+          tile_row[col / 2 + 4] = b1;
+#pragma unroll
+          for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b0, b1);
         }
-      };
+        b_rope = *reinterpret_cast<const uint32_t*>(slot + kFp8RopeOffset + (warp * kRopePerWarp + 2 * quad) * 2);
+      } else {
+        const auto* k_row = reinterpret_cast<const uint32_t*>(kv + row * kRowStride);
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint32_t b0 = key_pair(ks, 0), b1 = key_pair(ks, 1);
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint32_t b0 = k_row[warp * kColsPerWarp / 2 + ks * 8 + quad];
+          const uint32_t b1 = k_row[warp * kColsPerWarp / 2 + ks * 8 + 4 + quad];
 #pragma unroll
-        for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b0, b1);
+          for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b0, b1);
+        }
+        b_rope = k_row[(kKvLoraRank + warp * kRopePerWarp) / 2 + quad];
       }
-      const uint32_t b_rope = kFp8 ? *reinterpret_cast<const uint32_t*>(slot + kFp8RopeOffset + (warp * kRopePerWarp + 2 * quad) * 2)
-                                   : k_row[(kKvLoraRank + warp * kRopePerWarp) / 2 + quad];
 #pragma unroll
       for (int mt = 0; mt < kHeadTiles; ++mt) {
         mma_m16n8k8(score[mt], q_rope_frag[mt][0], q_rope_frag[mt][1], b_rope);
