@@ -65,6 +65,7 @@ constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_m
 constexpr int kFp8PiecesPerRow = kFp8SlotBytes / 16;          // 41 16-byte copies per fp8_ds_mla row
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
 constexpr int kMergeUnroll = 8;                               // split partials loaded at once
+constexpr int kMaxGridZ = 65535;                              // CUDA's limit on gridDim.z
 constexpr float kNegInf = -INFINITY;
 constexpr float kLn2 = 0.69314718055994530942f;
 
@@ -185,7 +186,7 @@ struct WeightedSum {
   __device__ __forceinline__ float lse(float base) const { return total > 0.f ? base + log2f(total) : kNegInf; }
 };
 
-// Four output columns of one head as bf16, and (natural-log) LSE, of a finished token.
+// Four output columns of one head of a finished token, as bf16.
 __device__ __forceinline__ void store_output(const SparseDecodeParams& p, int token, int head, int col, const float4& x) {
   auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
                                           head * p.out_head_stride + col);
@@ -448,7 +449,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
   cp_async_wait<0>();
   __syncthreads();  // the ring is free: it holds the partial output now
 
-  // 7. This CTA's normalized partial output and LSE -> shared memory; merge the cluster's 8.
+  // 7. This CTA's normalized partial output and LSE -> shared memory; merge the cluster's kCluster
+  //    (with one CTA per split: its own).
 #pragma unroll
   for (int mt = 0; mt < kHeadTiles; ++mt)
 #pragma unroll
@@ -573,6 +575,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
   if constexpr (kCluster > 1) cluster_wait();
 }
 
+// The parameters of tokens [first, first + count) of `p` alone (the kernel indexes every per-token
+// tensor and the split workspace by token).
+SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, int count) {
+  SparseDecodeParams part = p;
+  const int64_t t = first;
+  const int64_t groups = t * p.head_groups;
+  const int64_t heads_per_cta = kHeadTileRows * p.head_tiles;
+  part.q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + t * p.q_nope_token_stride;
+  part.q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + t * p.q_rope_token_stride;
+  part.topk_indices = p.topk_indices + t * p.topk_token_stride;
+  part.req_id = p.req_id + t;
+  part.token_kv_len = p.token_kv_len + t;
+  part.out = static_cast<__nv_bfloat16*>(p.out) + t * p.out_token_stride;
+  if (p.lse != nullptr) part.lse = p.lse + t * p.num_heads;
+  if (p.num_splits > 1) {
+    part.partial_out = p.partial_out + groups * p.num_splits * heads_per_cta * kKvLoraRank;
+    part.partial_lse = p.partial_lse + groups * p.num_splits * kClusterSize * heads_per_cta;
+    part.counters = p.counters + groups * kClusterSize;
+  }
+  part.num_tokens = count;
+  return part;
+}
+
 template <int kHeadTiles, int kCtaChunk, bool kFp8, int kCluster>
 struct Kernel {
   static constexpr auto kFunction = sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8, kCluster>;
@@ -590,7 +615,7 @@ struct Kernel {
     return error;
   }
 
-  // Grid kCluster x splits x (tokens * head groups) CTAs of kThreads, in clusters of kCluster along x.
+  // Grid kCluster x splits x token_groups CTAs of kThreads, in clusters of kCluster along x.
   static cudaLaunchConfig_t config(int num_splits, int token_groups, int bytes, cudaStream_t stream,
                                    cudaLaunchAttribute* cluster) {
     cudaLaunchConfig_t config = {};
@@ -611,9 +636,18 @@ struct Kernel {
     const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, kCluster, p.positions_per_split);
     const cudaError_t error = allow_shared_memory(bytes);
     if (error != cudaSuccess) return error;
-    cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t launch_config = config(p.num_splits, p.num_tokens * p.head_groups, bytes, stream, &cluster);
-    return cudaLaunchKernelEx(&launch_config, kFunction, p);
+    // A grid's z dimension holds at most kMaxGridZ (token, head group) pairs: more tokens take more
+    // launches, each on its own tokens' slices of every per-token tensor and of the workspace.
+    const int max_tokens = kMaxGridZ / p.head_groups;
+    for (int first = 0; first < p.num_tokens; first += max_tokens) {
+      const int count = p.num_tokens - first < max_tokens ? p.num_tokens - first : max_tokens;
+      const SparseDecodeParams part = token_slice(p, first, count);
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t launch_config = config(part.num_splits, count * part.head_groups, bytes, stream, &cluster);
+      const cudaError_t launch_error = cudaLaunchKernelEx(&launch_config, kFunction, part);
+      if (launch_error != cudaSuccess) return launch_error;
+    }
+    return cudaSuccess;
   }
 
   static cudaError_t max_active_clusters(int positions_per_split, int* clusters) {

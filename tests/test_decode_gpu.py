@@ -80,6 +80,30 @@ def test_any_split_count(num_splits, num_heads, cta_chunk, cluster_size):
     testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))
 
 
+@pytest.mark.parametrize("num_heads, cache_format", [(1, "bf16"), (128, "fp8_ds_mla")])
+def test_more_token_groups_than_a_grid_holds(num_heads, cache_format):
+    """T * head_groups above the 65535 CTAs of a grid's z dimension: the op launches the rest of the tokens
+    after (each launch on its tokens' slices). Top-k 16 of one 128-position request keeps it small."""
+    device = _device()
+    head_groups = 1 if num_heads <= 16 else -(-num_heads // 32)
+    num_tokens = 65535 // head_groups + 9
+    gen = testing.make_generator(device, 17)
+    kv_cache = testing.make_kv_cache(3, device, gen)
+    topk = torch.randint(0, 2 * KV_BLOCK_SIZE, (num_tokens, 16), generator=gen, device=device, dtype=torch.int32)
+    topk[::7, 3] = -1
+    q_nope, q_rope = testing.make_queries(num_tokens, num_heads, device, gen)
+    case = testing.AttentionCase(
+        q_nope, q_rope, kv_cache, topk, torch.zeros(num_tokens, dtype=torch.int32, device=device),
+        torch.full((num_tokens,), 2 * KV_BLOCK_SIZE, dtype=torch.int32, device=device),
+        torch.tensor([[2, 0]], dtype=torch.int32, device=device))
+    if cache_format == "fp8_ds_mla":
+        case = _fp8_case(case)
+    launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=16)
+    assert launch.num_tokens * launch.head_groups > 65535
+    out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {cache_format}")
+
+
 def test_invalid_entries_are_skipped():
     """All -1, past the causal length, past the block table, block ids outside the cache: masked, no NaN."""
     case = testing.make_attention_case(4, 16, _device(), seed=5, pattern="scattered")

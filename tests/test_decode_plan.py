@@ -60,7 +60,7 @@ def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
         (8, 16, 4),  # 4 splits = 32 clusters, one wave of 45
         (4, 16, 3),  # 8 splits = 32 clusters = 3 waves of 15; 3 splits = 12 clusters, one wave
         (1, 128, 3),  # 4 head groups: 3 splits = 12 clusters, one wave
-        (32, 16, 8),  # one CTA per split: 256 CTAs, one wave of 264
+        (32, 16, 8),  # one CTA per split: 256 CTAs (the split count aims at 2 CTAs per SM), one wave of 396
         (128, 16, 2),  # 256 CTAs of 1024 positions
     ],
 )

@@ -114,7 +114,7 @@ flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256",
 flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
 flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
                   "Grid: KV-cache formats each path is timed on where it reads them (bfloat16, fp8_ds_mla).")
-flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge, 2 gather, 4 split merge; wrong results).")
+flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge (none with one CTA per split), 2 gather, 4 split merge; wrong results).")
 flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode kernel's plan (8 or 1); default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("decode_cta_chunk", None, "Positions per pipeline stage of a decode CTA (16 or 32); default: the plan's rule.")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")

@@ -65,7 +65,7 @@ H200, N = 16, T = 1 and 16: results/2026-11-30-h200/release2/decode_kernel_itera
 
 @dataclasses.dataclass(frozen=True)
 class DecodePlan:
-    """Launch configuration of one call; depends only on ``(T, N, SMs, topk, ctas_per_sm)``.
+    """Launch configuration of one call; depends only on :func:`plan`'s arguments.
 
     Grid: ``cluster_size x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads.
     """

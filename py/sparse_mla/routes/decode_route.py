@@ -3,9 +3,9 @@
 directly (no page table).
 
 Plan: :func:`sparse_mla.ops.decode.plan` of ``(T, N, SM count, top-k)``. Workspace: one
-:class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum (only small
-``T`` split, so it stays below a few MB). Where the op library is not built or the GPU is not Hopper,
-the routing falls back to FA3 (and from there to Triton).
+:class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum (only grids
+of up to a wave of CTAs split, so it stays below ~17 MB on an H200). Where the op library is not built
+or the GPU is not Hopper, the routing falls back to FA3 (and from there to Triton).
 """
 
 from typing import Optional
