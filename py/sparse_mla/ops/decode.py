@@ -53,9 +53,10 @@ CTA_CHUNKS = (16, 32)
 
 LARGE_CHUNK_MAX_GROUPS = 4
 """The plan takes 32-position stages while ``T * head_groups`` is at most this, else 16: measured on
-the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is faster for small grids (N = 16, T = 1:
-11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs 48.2), where its smaller
-ring lets two CTAs share an SM."""
+the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is faster for small
+grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs
+48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
+call 15: N = 16, T = 128: 108 vs 122 µs)."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
