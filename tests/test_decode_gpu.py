@@ -85,8 +85,7 @@ def test_more_token_groups_than_a_grid_holds(num_heads, cache_format):
     """T * head_groups above the 65535 CTAs of a grid's z dimension: the op launches the rest of the tokens
     after (each launch on its tokens' slices). Top-k 16 of one 128-position request keeps it small."""
     device = _device()
-    head_groups = 1 if num_heads <= 16 else -(-num_heads // 32)
-    num_tokens = 65535 // head_groups + 9
+    num_tokens = 65535 // decode.plan(1, num_heads, _num_sms()).head_groups + 9
     gen = testing.make_generator(device, 17)
     kv_cache = testing.make_kv_cache(3, device, gen)
     topk = torch.randint(0, 2 * KV_BLOCK_SIZE, (num_tokens, 16), generator=gen, device=device, dtype=torch.int32)
