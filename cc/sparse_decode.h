@@ -50,7 +50,7 @@ struct SparseDecodeParams {
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
   int32_t* counters;    // [T, head_groups, kClusterSize]
   int num_tokens, num_heads;
-  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2}
+  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2} (sparse_decode_kernel.cu) or 4 (the wide kernel)
   int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
   int cluster_size;     // CTAs per split: kClusterSize (slices merged through DSMEM) or 1 (large grids)
   int head_groups;      // ceil(num_heads / heads per CTA)

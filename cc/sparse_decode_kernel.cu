@@ -1,5 +1,7 @@
 // Latency-first sparse MLA decode for Hopper: one launch, request-local top-k positions in, attention
 // out, for any number of query heads (1..128) and any token count (split-KV chosen by the planner).
+// This file holds the kernel for 16 or 32 heads per CTA and the launcher of both kernels; the one for
+// 64 heads per CTA, for large N x T, is cc/sparse_decode_wide_kernel.cu (head_tiles = 4).
 //
 // Work decomposition
 // ------------------
@@ -38,10 +40,9 @@
 #include "cc/sparse_decode.h"
 
 #include <cooperative_groups.h>
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
-#include <cmath>
+#include "cc/sparse_decode_device.cuh"
+#include "cc/sparse_decode_wide.h"
 
 namespace sparse_mla {
 namespace decode {
@@ -49,8 +50,6 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;                                 // 8 warps
-constexpr int kWarps = kThreads / 32;
 // Positions per pipeline stage of one CTA: 32 where the grid is small (latency: fewer, larger steps),
 // 16 where it is large (occupancy: a smaller ring); the planner chooses (DecodePlan.cta_chunk).
 // Gathered chunks held per CTA: 3 (two in flight while one is consumed). With 16-position stages a
@@ -60,14 +59,8 @@ constexpr int kColsPerWarp = kKvLoraRank / kWarps;            // 64 c_kv columns
 constexpr int kRopePerWarp = kRopeDim / kWarps;               // 8 k_rope columns
 constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged row: 1168 B, conflict-free
 constexpr int kTileStride = kKvLoraRank + 8;                  // bf16 per dequantized c_kv row: 1040 B, conflict-free
-constexpr int kPiecesPerRow = kSlotElems * 2 / 16;            // 72 16-byte copies per bf16 row
 constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_mla row: 672 B
-constexpr int kFp8PiecesPerRow = kFp8SlotBytes / 16;          // 41 16-byte copies per fp8_ds_mla row
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
-constexpr int kMergeUnroll = 8;                               // split partials loaded at once
-constexpr int kMaxGridZ = 65535;                              // CUDA's limit on gridDim.z
-constexpr float kNegInf = -INFINITY;
-constexpr float kLn2 = 0.69314718055994530942f;
 
 static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64 + 8 columns per warp");
 
@@ -93,51 +86,6 @@ struct SharedLayout {
   }
 };
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;  // 0: fill 16 zero bytes, read nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// D += A . B, A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 fp32.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// D += A . B, A 16x8 bf16 (row), B 8x8 bf16 (col), D 16x8 fp32.
-__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(b0));
-}
-
-// Two transposed 8x8 bf16 matrices; lane l < 16 gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* smem) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* row, int col, bool valid) {
-  return valid ? __ldg(reinterpret_cast<const uint32_t*>(row + col)) : 0u;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // The two halves of a cluster-wide barrier (all threads of all ranks): release this thread's shared
 // memory writes, then acquire those every rank released before arriving.
 __device__ __forceinline__ void cluster_arrive() {
@@ -150,49 +98,6 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // the planner sizes its grid to the clusters one wave holds (max_active_clusters).
 template <int kHeadTiles>
 constexpr int kMinBlocksPerSm = kHeadTiles == 1 ? 3 : 2;
-
-// Dequantizes two fp8 e4m3 values (the low byte first) times `scale` into a bf16 pair. e4m3 -> f16 is
-// exact; the product is rounded to bf16 once, as the Triton kernel does (sparse_mla_attention.py).
-__device__ __forceinline__ uint32_t dequantize_pair(uint16_t bytes, float scale) {
-  const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes), __NV_E4M3));
-  const float2 f = __half22float2(h);
-  return pack_bf16(f.x * scale, f.y * scale);
-}
-
-// exp2-weighted sum of normalized partial outputs (a slice's or a split's): with w = 2^(lse - base) per
-// partial, the merged output is sum(w x) / sum(w) and its base-2 LSE base + log2(sum(w)).
-struct WeightedSum {
-  float total = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-
-  __device__ __forceinline__ void add(float w, const float4& x) {
-    total += w;
-    acc.x += w * x.x;
-    acc.y += w * x.y;
-    acc.z += w * x.z;
-    acc.w += w * x.w;
-  }
-  __device__ __forceinline__ void rescale(float r) {
-    total *= r;
-    acc.x *= r;
-    acc.y *= r;
-    acc.z *= r;
-    acc.w *= r;
-  }
-  __device__ __forceinline__ float4 mean() const {
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    return make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-  }
-  __device__ __forceinline__ float lse(float base) const { return total > 0.f ? base + log2f(total) : kNegInf; }
-};
-
-// Four output columns of one head of a finished token, as bf16.
-__device__ __forceinline__ void store_output(const SparseDecodeParams& p, int token, int head, int col, const float4& x) {
-  auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
-                                          head * p.out_head_stride + col);
-  out[0] = pack_bf16(x.x, x.y);
-  out[1] = pack_bf16(x.z, x.w);
-}
 
 template <int kHeadTiles, int kCtaChunk, bool kFp8, int kCluster>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
@@ -210,12 +115,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
   auto* cta_lse = reinterpret_cast<float*>(smem + layout.lse);      // this CTA's base-2 LSE per head
   auto* rows = reinterpret_cast<int*>(smem + layout.rows);  // [positions per CTA] global slot, -1 = masked
   auto* cta_out = reinterpret_cast<float*>(smem + layout.kv);  // epilogue: normalized partial output
-  __shared__ int arrived_last;
 
   const int rank = kCluster > 1 ? static_cast<int>(cg::this_cluster().block_rank()) : 0;
-  const int split = blockIdx.y;
-  const int token = blockIdx.z / p.head_groups;
-  const int head_group = blockIdx.z % p.head_groups;
+  const CtaWork work(p);
+  const int split = work.split, token = work.token, head_group = work.head_group;
   const int head_base = head_group * kHeads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
@@ -249,34 +152,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
     }
   }
 
-  // 2. This slice's positions -> global slot rows (masked entries -1), kUnroll independent loads in flight.
-  {
-    constexpr int kUnroll = 4;
-    const int kv_len = p.token_kv_len[token];
-    const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
-    const int32_t* block_row = p.block_table + static_cast<int64_t>(p.req_id[token]) * p.block_table_stride;
-    const int begin = split * p.positions_per_split + rank * positions;
-    for (int base = 0; base < positions; base += kThreads * kUnroll) {
-      int position[kUnroll], block_id[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads + tid, j = begin + i;
-        position[u] = i < positions && j < p.topk ? __ldg(index_row + j) : -1;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const bool valid = position[u] >= 0 && position[u] < kv_len && position[u] / kBlockSize < p.max_blocks_per_req;
-        block_id[u] = valid ? __ldg(block_row + position[u] / kBlockSize) : -1;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads + tid;
-        if (i < positions)
-          rows[i] = block_id[u] >= 0 && block_id[u] < p.num_blocks ? block_id[u] * kBlockSize + position[u] % kBlockSize
-                                                                   : -1;
-      }
-    }
-  }
+  // 2. This slice's positions -> global slot rows (masked entries -1).
+  translate_positions(p, token, split * p.positions_per_split + rank * positions, positions, rows);
   for (int h = tid; h < kHeads; h += kThreads) {
     row_max[h] = kNegInf;
     row_sum[h] = 0.f;
@@ -285,25 +162,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
 
   // 3. Gather ring: chunk c's kCtaChunk whole slots, as stored, into stage c % kStages.
   constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
-  constexpr int kSlotPieces = kFp8 ? kFp8PiecesPerRow : kPiecesPerRow;
-  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
   constexpr int kOperandStride = kFp8 ? kTileStride : kRowStride;  // bf16 per row of the c_kv operand
-  const auto* cache = static_cast<const unsigned char*>(p.kv_cache);
-  // kThreads / kCtaChunk consecutive threads copy one slot: its address is computed once per chunk,
-  // and each of them copies every (kThreads / kCtaChunk)-th 16-byte piece of it.
-  constexpr int kThreadsPerSlot = kThreads / kCtaChunk;
   auto issue_chunk = [&](int chunk) {
-    const int r = tid / kThreadsPerSlot;
-    const int row = rows[chunk * kCtaChunk + r];
-    const unsigned char* src = cache;  // masked rows: a valid address, nothing read (zero fill)
-    if (row >= 0)
-      src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-              static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
-    unsigned char* dst = ring + ((chunk % kStages) * kCtaChunk + r) * kStagedRowBytes;
-    if (p.ablate & kAblateGather) return;
-#pragma unroll
-    for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
-      cp_async_16(dst + part * 16, src + (row >= 0 ? part * 16 : 0), row >= 0);
+    gather_chunk<kCtaChunk, kFp8, kStagedRowBytes>(p, rows + chunk * kCtaChunk,
+                                                   ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes);
   };
 
   const int num_chunks = positions / kCtaChunk;
@@ -315,19 +177,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
 #pragma unroll
       for (int i = 0; i < 4; ++i) out_acc[mt][nt][i] = 0.f;
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_chunks) issue_chunk(s);
-    cp_async_commit();
-  }
+  GatherRing<kStages, decltype(issue_chunk)> gather{issue_chunk, num_chunks};
+  gather.start();
 
   constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
   constexpr int kColsPerThread = kCtaChunk / kThreadsPerRow;  // 1, 2 or 4
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
-    cp_async_wait<kStages - 2>();  // chunk has landed (kStages - 1 groups were outstanding)
-    __syncthreads();               // ... for every thread; and the previous chunk is fully consumed
-    if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);  // into the stage just freed
-    cp_async_commit();
+    gather.wait_for(chunk);
     const unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
     // bf16 operand rows of the probabilities . c_kv product: the stage itself (bf16 cache), or the
     // tile this warp fills with its own dequantized columns while it computes the scores (fp8_ds_mla).
@@ -526,146 +382,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
   }
 
   // 8. Several splits: the last CTA of this rank's columns to arrive merges the splits.
-  __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
-  if (tid == 0) {
-    __threadfence();  // release: this CTA's partials are visible before its arrival counts
-    int32_t* counter = p.counters + group_index * kClusterSize + rank;
-    arrived_last = atomicAdd(counter, 1) == p.num_splits - 1;
-    if (arrived_last) *counter = 0;  // every split has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!arrived_last || (p.ablate & kAblateMerge)) {
+  if (!arrived_last(p, group_index, rank) || (p.ablate & kAblateMerge)) {
     if constexpr (kCluster > 1) cluster_wait();
     return;
   }
-  __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
-
-  // Each thread merges float4s of one head's output columns: kMergeUnroll splits' partials and LSEs
-  // loaded at once, folded into a running max / sum / accumulator.
-  const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
-  const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
-  for (int v = tid; v < kVectors; v += kThreads) {
-    const int h = v / kVectorsPerHead, col = rank * kColsPerRank + (v % kVectorsPerHead) * 4;
-    float running_max = kNegInf;
-    WeightedSum sum;
-    for (int s0 = 0; s0 < p.num_splits; s0 += kMergeUnroll) {
-      float4 x[kMergeUnroll];
-      float lse[kMergeUnroll];
-#pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) {
-        const bool present = s0 + u < p.num_splits;
-        lse[u] = present ? __ldcg(lse_base + (s0 + u) * kClusterSize * kHeads + h) : kNegInf;
-        x[u] = present ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      float group_max = running_max;
-#pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) group_max = fmaxf(group_max, lse[u]);
-      const float base = group_max == kNegInf ? 0.f : group_max;  // no (-inf) - (-inf)
-      sum.rescale(exp2f(running_max - base));                     // 0 while nothing was valid
-#pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) sum.add(exp2f(lse[u] - base), x[u]);  // 0 for a split without valid positions
-      running_max = group_max;
-    }
-    if (head_base + h >= p.num_heads) continue;
-    store_output(p, token, head_base + h, col, sum.mean());
-    if (p.lse != nullptr && rank == 0 && v % kVectorsPerHead == 0)
-      p.lse[token * p.num_heads + head_base + h] = sum.lse(running_max) * kLn2;
-  }
+  merge_splits<kHeads, kColsPerRank>(p, token, head_base, group_index, rank);
   if constexpr (kCluster > 1) cluster_wait();
 }
 
-// The parameters of tokens [first, first + count) of `p` alone (the kernel indexes every per-token
-// tensor and the split workspace by token).
-SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, int count) {
-  SparseDecodeParams part = p;
-  const int64_t t = first;
-  const int64_t groups = t * p.head_groups;
-  const int64_t heads_per_cta = kHeadTileRows * p.head_tiles;
-  part.q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + t * p.q_nope_token_stride;
-  part.q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + t * p.q_rope_token_stride;
-  part.topk_indices = p.topk_indices + t * p.topk_token_stride;
-  part.req_id = p.req_id + t;
-  part.token_kv_len = p.token_kv_len + t;
-  part.out = static_cast<__nv_bfloat16*>(p.out) + t * p.out_token_stride;
-  if (p.lse != nullptr) part.lse = p.lse + t * p.num_heads;
-  if (p.num_splits > 1) {
-    part.partial_out = p.partial_out + groups * p.num_splits * heads_per_cta * kKvLoraRank;
-    part.partial_lse = p.partial_lse + groups * p.num_splits * kClusterSize * heads_per_cta;
-    part.counters = p.counters + groups * kClusterSize;
-  }
-  part.num_tokens = count;
-  return part;
-}
-
 template <int kHeadTiles, int kCtaChunk, bool kFp8, int kCluster>
-struct Kernel {
+struct Kernel : Launcher<Kernel<kHeadTiles, kCtaChunk, kFp8, kCluster>> {
   static constexpr auto kFunction = sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8, kCluster>;
-
-  // Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
-  static cudaError_t allow_shared_memory(int bytes) {
-    constexpr int kMaxDevices = 64;
-    static int configured_bytes[kMaxDevices] = {};
-    int device = 0;
-    cudaError_t error = cudaGetDevice(&device);
-    if (error != cudaSuccess) return error;
-    if (device < kMaxDevices && bytes <= configured_bytes[device]) return cudaSuccess;
-    error = cudaFuncSetAttribute(kFunction, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (error == cudaSuccess && device < kMaxDevices) configured_bytes[device] = bytes;
-    return error;
-  }
-
-  // Grid kCluster x splits x token_groups CTAs of kThreads, in clusters of kCluster along x.
-  static cudaLaunchConfig_t config(int num_splits, int token_groups, int bytes, cudaStream_t stream,
-                                   cudaLaunchAttribute* cluster) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(kCluster, num_splits, token_groups);
-    config.blockDim = dim3(kThreads, 1, 1);
-    config.dynamicSmemBytes = bytes;
-    config.stream = stream;
-    cluster->id = cudaLaunchAttributeClusterDimension;
-    cluster->val.clusterDim.x = kCluster;
-    cluster->val.clusterDim.y = 1;
-    cluster->val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = kCluster > 1 ? 1 : 0;
-    return config;
-  }
-
-  static cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
-    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, kCluster, p.positions_per_split);
-    const cudaError_t error = allow_shared_memory(bytes);
-    if (error != cudaSuccess) return error;
-    // A grid's z dimension holds at most kMaxGridZ (token, head group) pairs: more tokens take more
-    // launches, each on its own tokens' slices of every per-token tensor and of the workspace.
-    const int max_tokens = kMaxGridZ / p.head_groups;
-    for (int first = 0; first < p.num_tokens; first += max_tokens) {
-      const int count = p.num_tokens - first < max_tokens ? p.num_tokens - first : max_tokens;
-      const SparseDecodeParams part = token_slice(p, first, count);
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t launch_config = config(part.num_splits, count * part.head_groups, bytes, stream, &cluster);
-      const cudaError_t launch_error = cudaLaunchKernelEx(&launch_config, kFunction, part);
-      if (launch_error != cudaSuccess) return launch_error;
-    }
-    return cudaSuccess;
-  }
-
-  static cudaError_t max_active_clusters(int positions_per_split, int* clusters) {
-    const int bytes = shared_memory_bytes(kHeadTiles, kCtaChunk, kFp8, kCluster, positions_per_split);
-    cudaError_t error = allow_shared_memory(bytes);
-    if (error != cudaSuccess) return error;
-    if constexpr (kCluster > 1) {
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t launch_config = config(1, 1, bytes, nullptr, &cluster);
-      return cudaOccupancyMaxActiveClusters(clusters, kFunction, &launch_config);
-    }
-    int device = 0, sms = 0, per_sm = 0;
-    if ((error = cudaGetDevice(&device)) != cudaSuccess) return error;
-    if ((error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return error;
-    if ((error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kFunction, kThreads, bytes)) != cudaSuccess)
-      return error;
-    *clusters = sms * per_sm;
-    return cudaSuccess;
+  static constexpr int kBlockThreads = kThreads;
+  static constexpr int kClusterCtas = kCluster;
+  static int shared_bytes(int positions_per_split) {
+    return SharedLayout(kHeadTiles, kCtaChunk, kFp8, kCluster, positions_per_split).total;
   }
 };
 
@@ -696,17 +427,29 @@ cudaError_t dispatch(int head_tiles, int cta_chunk, bool fp8, int cluster_size, 
 
 }  // namespace
 
+// head_tiles = wide::kHeadTiles is the wide kernel's (one stage size, one cluster size).
+static bool is_wide(int head_tiles) { return head_tiles == wide::kHeadTiles; }
+static bool wide_shape(int cta_chunk, int cluster_size) {
+  return cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster;
+}
+
 int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split) {
+  if (is_wide(head_tiles)) return wide::shared_memory_bytes(fp8, positions_per_split);
   return SharedLayout(head_tiles, cta_chunk, fp8, cluster_size, positions_per_split).total;
 }
 
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {
+  if (is_wide(params.head_tiles))
+    return wide_shape(params.cta_chunk, params.cluster_size) ? wide::launch(params, stream) : cudaErrorInvalidValue;
   return dispatch(params.head_tiles, params.cta_chunk, params.kv_fp8 != 0, params.cluster_size,
                   [&](auto kernel) { return kernel.launch(params, stream); });
 }
 
 cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split,
                                 int* clusters) {
+  if (is_wide(head_tiles))
+    return wide_shape(cta_chunk, cluster_size) ? wide::max_active_ctas(fp8, positions_per_split, clusters)
+                                               : cudaErrorInvalidValue;
   return dispatch(head_tiles, cta_chunk, fp8, cluster_size,
                   [&](auto kernel) { return kernel.max_active_clusters(positions_per_split, clusters); });
 }

@@ -5,11 +5,13 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 
 #include "cc/op_checks.h"
 #include "cc/sparse_decode.h"
+#include "cc/sparse_decode_wide.h"
 #include "cc/topk_source.h"
 
 namespace sparse_mla {
@@ -28,18 +30,36 @@ void check_workspace(const char* name, const OptionalTensor& t, at::ScalarType d
                     " elements, got ", t->numel());
 }
 
-// A CTA's pipeline stage (16 or 32 positions), the CTAs of a split (8 or 1) and a split's positions:
-// its CTAs' whole stages.
-void check_split_shape(int64_t cta_chunk, int64_t cluster_size, int64_t positions_per_split) {
+// Heads per CTA (16 head_tiles: 16, 32, or 64 on the wide kernel, which has one stage size and one CTA
+// per split), a CTA's pipeline stage (16 or 32 positions), the CTAs of a split (8 or 1) and a split's
+// positions: its CTAs' whole stages.
+void check_launch_shape(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t positions_per_split) {
+  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2 || head_tiles == wide::kHeadTiles,
+                    "sparse_mla: argument 'head_tiles' expected 1, 2 or ", wide::kHeadTiles, ", got ", head_tiles);
   TORCH_CHECK_VALUE(cta_chunk == 16 || cta_chunk == 32, "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ",
                     cta_chunk);
   TORCH_CHECK_VALUE(cluster_size == kClusterSize || cluster_size == 1, "sparse_mla: argument 'cluster_size' expected ",
                     kClusterSize, " or 1, got ", cluster_size);
+  TORCH_CHECK_VALUE(head_tiles != wide::kHeadTiles || (cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster),
+                    "sparse_mla: head_tiles=", head_tiles, " expected cta_chunk=", wide::kCtaChunk, " and cluster_size=",
+                    wide::kCluster, ", got cta_chunk=", cta_chunk, " and cluster_size=", cluster_size);
   const int64_t granule = cluster_size * cta_chunk;
   TORCH_CHECK_VALUE(positions_per_split > 0 && positions_per_split % granule == 0 &&
                         positions_per_split <= kMaxPositionsPerSplit,
                     "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", granule,
                     " (cluster_size * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+}
+
+// The opt-in shared-memory limit per block of CUDA device `index`, asked once per device.
+int max_shared_memory_per_block(int index) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  if (index < kMaxDevices && cached[index].load(std::memory_order_relaxed) > 0) return cached[index];
+  int bytes = 0;
+  const cudaError_t error = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, index);
+  TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaDeviceGetAttribute failed: ", cudaGetErrorString(error));
+  if (index < kMaxDevices) cached[index].store(bytes, std::memory_order_relaxed);
+  return bytes;
 }
 
 void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& kv_cache,
@@ -80,11 +100,9 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
                     INT32_MAX / kBlockSize, " blocks, got ", num_blocks);
   TORCH_CHECK_VALUE(topk >= 1, "sparse_mla: argument 'topk_indices' expected at least one column, got shape ",
                     topk_indices.sizes());
-  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2,
-                    "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
   TORCH_CHECK_VALUE(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",
                     kMaxSplits, ", got ", num_splits);
-  check_split_shape(cta_chunk, cluster_size, positions_per_split);
+  check_launch_shape(head_tiles, cta_chunk, cluster_size, positions_per_split);
   TORCH_CHECK_VALUE(num_splits * positions_per_split >= topk, "sparse_mla: num_splits * positions_per_split = ",
                     num_splits * positions_per_split, " expected to cover topk = ", topk);
   const int64_t heads_per_cta = kHeadTileRows * head_tiles;
@@ -98,8 +116,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   if (num_tokens == 0) return;
 
   const c10::cuda::CUDAGuard guard(device);
-  int max_shared = 0;
-  cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index());
+  const int max_shared = max_shared_memory_per_block(device.index());
   const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
                                          static_cast<int>(cluster_size), static_cast<int>(positions_per_split));
   TORCH_CHECK_VALUE(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
@@ -142,9 +159,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
 
 int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, bool kv_fp8,
                                int64_t positions_per_split) {
-  TORCH_CHECK_VALUE(head_tiles == 1 || head_tiles == 2,
-                    "sparse_mla: argument 'head_tiles' expected 1 or 2, got ", head_tiles);
-  check_split_shape(cta_chunk, cluster_size, positions_per_split);
+  check_launch_shape(head_tiles, cta_chunk, cluster_size, positions_per_split);
   int clusters = 0;
   const cudaError_t error =
       max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,

@@ -33,14 +33,16 @@ def _num_sms():
     return torch.cuda.get_device_properties(_device()).multi_processor_count
 
 
-def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.CLUSTER_SIZE):
-    """The planner's head tiling for ``(T, N)`` with about ``num_splits`` splits of ``cta_chunk``-position
-    stages on ``cluster_size`` CTAs each instead of its own choice (fewer when ``num_splits`` does not
-    divide top-k into whole stages)."""
-    planned = decode.plan(num_tokens, num_heads, _num_sms())
+def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.CLUSTER_SIZE, head_tiles=None):
+    """The planner's head tiling for ``(T, N)`` (or ``head_tiles``) with about ``num_splits`` splits of
+    ``cta_chunk``-position stages on ``cluster_size`` CTAs each instead of its own choice (fewer when
+    ``num_splits`` does not divide top-k into whole stages)."""
+    if head_tiles is None:
+        head_tiles = decode.plan(num_tokens, num_heads, _num_sms(), cluster_size=cluster_size, cta_chunk=cta_chunk).head_tiles
     granule = cluster_size * cta_chunk
     positions = -(-INDEX_TOPK // num_splits // granule) * granule
-    return decode.DecodePlan(num_tokens, num_heads, planned.head_tiles, cta_chunk, planned.head_groups,
+    head_groups = -(-num_heads // (decode.HEAD_TILE_ROWS * head_tiles))
+    return decode.DecodePlan(num_tokens, num_heads, head_tiles, cta_chunk, head_groups,
                              -(-INDEX_TOPK // positions), positions, cluster_size)
 
 
@@ -80,12 +82,28 @@ def test_any_split_count(num_splits, num_heads, cta_chunk, cluster_size):
     testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))
 
 
+@pytest.mark.parametrize("num_heads", [33, 64, 100, 128])
+@pytest.mark.parametrize("num_splits", [1, 3, 64])
+@pytest.mark.parametrize("cache_format", ["bf16", "fp8_ds_mla"])
+def test_wide_kernel_matches_reference(num_heads, num_splits, cache_format):
+    """The wide kernel (64 heads per CTA) at head counts that fill its groups or leave rows empty, with
+    one split, splits that do not divide top-k, and the most (64 of 32 positions), on both caches."""
+    seed = num_heads * 10 + num_splits
+    case = testing.make_attention_case(3, num_heads, _device(), seed, PATTERNS[seed % 3], drop_fraction=0.3)
+    if cache_format == "fp8_ds_mla":
+        case = _fp8_case(case)
+    launch = plan_with(3, num_heads, num_splits, decode.WIDE_CTA_CHUNK, 1, head_tiles=decode.WIDE_HEAD_TILES)
+    out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
+
+
 @pytest.mark.parametrize("num_heads, cache_format", [(1, "bf16"), (128, "fp8_ds_mla")])
 def test_more_token_groups_than_a_grid_holds(num_heads, cache_format):
     """T * head_groups above the 65535 CTAs of a grid's z dimension: the op launches the rest of the tokens
-    after (each launch on its tokens' slices). Top-k 16 of one 128-position request keeps it small."""
+    after (each launch on its tokens' slices), on the narrow kernel (N = 1) and the wide one (N = 128).
+    Top-k 16 of one 128-position request keeps it small."""
     device = _device()
-    num_tokens = 65535 // decode.plan(1, num_heads, _num_sms()).head_groups + 9
+    num_tokens = 65535 // decode.plan(65535, num_heads, _num_sms(), topk=16).head_groups + 9  # the large-T plan's groups
     gen = testing.make_generator(device, 17)
     kv_cache = testing.make_kv_cache(3, device, gen)
     topk = torch.randint(0, 2 * KV_BLOCK_SIZE, (num_tokens, 16), generator=gen, device=device, dtype=torch.int32)

@@ -25,9 +25,13 @@ H200_SMS = 132
         (1, 64, 8, 2, 32, 2, 8, 256),
         (1, 128, 8, 2, 32, 4, 8, 256),
         (2, 128, 8, 2, 16, 4, 4, 512),
-        (8, 128, 1, 2, 16, 4, 8, 256),
         (1, 100, 8, 2, 32, 4, 8, 256),
-        (1024, 128, 1, 2, 16, 4, 1, 2048),
+        (8, 128, 1, 2, 16, 4, 8, 256),  # T * ceil(N / 64) = 16: below the wide kernel's 32
+        (16, 128, 1, 4, 32, 2, 4, 512),  # the wide kernel (64 heads per CTA), one CTA per SM
+        (32, 64, 1, 4, 32, 1, 4, 512),
+        (16, 100, 1, 4, 32, 2, 4, 512),
+        (32, 32, 1, 2, 16, 1, 8, 256),  # N <= 32: never wide
+        (1024, 128, 1, 4, 32, 2, 1, 2048),
     ],
 )
 def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk, head_groups, num_splits, positions):
@@ -49,7 +53,9 @@ H200_CTAS_PER_WAVE = {16: 3 * H200_SMS, 32: H200_SMS}
 
 
 def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
-    assert head_tiles in (1, 2) and positions_per_split % (cluster_size * cta_chunk) == 0
+    assert head_tiles in decode.HEAD_TILES and positions_per_split % (cluster_size * cta_chunk) == 0
+    if head_tiles == decode.WIDE_HEAD_TILES:
+        return H200_SMS  # one CTA per SM (registers and shared memory)
     return (H200_CLUSTERS_PER_WAVE if cluster_size == decode.CLUSTER_SIZE else H200_CTAS_PER_WAVE)[cta_chunk]
 
 
@@ -113,6 +119,9 @@ def test_workspace_covers_every_planned_token_count(num_heads):
     (dict(num_tokens=1, num_heads=16, num_sms=132, topk=0), "topk"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, cluster_size=4), "cluster_size"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, cta_chunk=64), "cta_chunk"),
+    (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=3), "head_tiles"),
+    (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=4, cluster_size=8), "head_tiles"),
+    (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=4, cta_chunk=16), "head_tiles"),
 ])
 def test_plan_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -117,6 +117,7 @@ flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
 flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge (none with one CTA per split), 2 gather, 4 split merge; wrong results).")
 flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode kernel's plan (8 or 1); default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("decode_cta_chunk", None, "Positions per pipeline stage of a decode CTA (16 or 32); default: the plan's rule.")
+flags.DEFINE_integer("decode_head_tiles", None, "Head tiles of 16 per decode CTA (1, 2, or 4: the wide kernel); default: the plan's rule.")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
@@ -311,7 +312,7 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
     num_sms = torch.cuda.get_device_properties(kv_cache.device).multi_processor_count
     launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm,
                          decode.cluster_capacity(torch.cuda.current_device()), FLAGS.decode_cluster_size,
-                         FLAGS.decode_cta_chunk)
+                         FLAGS.decode_cta_chunk, FLAGS.decode_head_tiles)
     workspace = decode.DecodeWorkspace.for_plans([launch], kv_cache.device)
     b = c.batch
     return lambda: decode.sparse_mla_decode(

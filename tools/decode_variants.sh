@@ -5,8 +5,9 @@
 # optionally profiles it with Nsight Compute. Outputs go to $OUT (default ./gpu_out/variants).
 #
 # Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cu... [-- bench flags]
-#   VARIANT.cu: a copy of cc/sparse_decode_kernel.cu (keep experiments in the git-ignored .device/);
-#   cc/sparse_decode_kernel.cu itself is the baseline. Each is named after its file's basename.
+#   VARIANT.cu: a copy of cc/sparse_decode_kernel.cu, or of cc/sparse_decode_wide_kernel.cu when its
+#   name starts with "wide" (keep experiments in the git-ignored .device/); the other kernel is the
+#   committed one. cc/sparse_decode_kernel.cu itself is the baseline. Each is named after its file's basename.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons, memory and source sections; text report in $OUT).
 #   --tests: per variant, tests/test_decode_gpu.py against its library.
@@ -42,6 +43,8 @@ mkdir -p "$build"
 g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/sparse_decode_op.cc -o "$build/op.o" &
 g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/token_metadata_op.cc -o "$build/tm_op.o" &
 nvcc "${nvcc_flags[@]}" -c cc/token_metadata_kernel.cu -o "$build/tm_kernel.o" > "$build/tm_kernel.log" 2>&1 &
+nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_kernel.cu -o "$build/narrow.o" > "$out/narrow.ptxas.txt" 2>&1 &
+nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_wide_kernel.cu -o "$build/wide.o" > "$out/wide.ptxas.txt" 2>&1 &
 for source in "${variants[@]}"; do
   name=$(basename "$source" .cu)
   nvcc "${nvcc_flags[@]}" -c "$source" -o "$build/$name.o" > "$out/$name.ptxas.txt" 2>&1 &
@@ -52,7 +55,9 @@ summary=$out/summary.txt
 for source in "${variants[@]}"; do
   name=$(basename "$source" .cu)
   lib=$build/lib_$name.so
-  if ! g++ -shared -o "$lib" "$build/op.o" "$build/tm_op.o" "$build/tm_kernel.o" "$build/$name.o" \
+  other=$build/wide.o
+  case "$name" in wide*) other=$build/narrow.o ;; esac
+  if ! g++ -shared -o "$lib" "$build/op.o" "$build/tm_op.o" "$build/tm_kernel.o" "$build/$name.o" "$other" \
       -L"$torch_lib" -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda -L"$cuda/lib64" -lcudart; then
     echo "$name: build failed (see $out/$name.ptxas.txt)" | tee -a "$summary"
     continue
@@ -63,11 +68,13 @@ for source in "${variants[@]}"; do
   PYTHONPATH=py python3 -c "
 from sparse_mla.ops import decode
 for size in decode.CLUSTER_SIZES:
-    for tiles in (1, 2):
+    for tiles in (1, 2, decode.WIDE_HEAD_TILES):
         for chunk in decode.CTA_CHUNKS:
+            if tiles == decode.WIDE_HEAD_TILES and (size, chunk) != (1, decode.WIDE_CTA_CHUNK):
+                continue
             print('  clusters of', size, 'per wave, head_tiles', tiles, 'cta_chunk', chunk,
                   [(pps, decode.max_active_clusters(tiles, chunk, size, pps, 0)) for pps in (256, 512, 1024, 2048)])
-" 2>&1 | tail -8 | tee -a "$summary"
+" 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
     PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"

@@ -5,7 +5,10 @@ holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 One launch per call: each CTA gathers whole slots of its slice of a token's top-k row and attends
 them on its own; the 8 CTAs of a cluster merge their slices through distributed shared memory (small
 grids), or one CTA takes a whole split (large grids), and (when a token's positions are split over
-several clusters) the last-arriving CTA merges the splits. The kernel file's header says how.
+several clusters) the last-arriving CTA merges the splits. A CTA serves 16 or 32 heads
+(``cc/sparse_decode_kernel.cu``), or 64 on the wide kernel (``cc/sparse_decode_wide_kernel.cu``,
+``head_tiles`` 4), which gathers and dequantizes each slot once for all of them. The kernel files'
+headers say how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
 this package in the runfiles); outside Bazel, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
@@ -42,7 +45,16 @@ SINGLE_CTA_MIN_GROUPS = 32
 measured on the H200 (results/2026-11-30-h200/release3/README.md)."""
 
 HEAD_TILE_ROWS = 16
-"""Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1 or 2 tiles."""
+"""Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or (wide kernel) 4 tiles."""
+
+HEAD_TILES = (1, 2, 4)
+"""Head tiles per CTA the kernels are built for (16, 32 or 64 heads)."""
+
+WIDE_HEAD_TILES = 4
+"""The wide kernel's head tiles (``wide::kHeadTiles``): 64 heads per CTA, 32-position stages
+(``WIDE_CTA_CHUNK``), one CTA per split, one CTA per SM (its 128 accumulators a lane)."""
+
+WIDE_CTA_CHUNK = 32
 
 MAX_SPLITS = 64
 """Most splits of one token's positions (``kMaxSplits``)."""
@@ -57,6 +69,12 @@ the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is 
 grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs
 48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
 call 15: N = 16, T = 128: 108 vs 122 µs)."""
+
+WIDE_MIN_GROUPS = 32
+"""The plan takes the wide kernel (64 heads per CTA) for ``N > 32`` from ``T * ceil(N / 64)`` of this
+many on: measured on the H200 (results/2026-11-30-h200/release4/README.md), it is faster from there
+(N = 64, T = 32: 75 vs 86 µs; N = 128, T = 16: 75 vs 85), as fast at N = 64, T = 16 and slower below
+(N = 128, T = 4: 58 vs 39), where its one CTA per SM leaves the grid thin."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
@@ -73,7 +91,7 @@ class DecodePlan:
 
     num_tokens: int
     num_heads: int
-    head_tiles: int  # heads per CTA = 16 * head_tiles
+    head_tiles: int  # heads per CTA = 16 * head_tiles, in HEAD_TILES (4: the wide kernel)
     cta_chunk: int  # positions per pipeline stage of one CTA, in CTA_CHUNKS
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
@@ -117,17 +135,20 @@ def plan(
     cluster_capacity: Optional[Callable[[int, int, int, int], int]] = None,
     cluster_size: Optional[int] = None,
     cta_chunk: Optional[int] = None,
+    head_tiles: Optional[int] = None,
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
-    Heads per CTA: 16 for ``N <= 16``, else 32 (``ceil(N / 32)`` head groups). Stage of a CTA:
+    Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``, 64 (the wide kernel) for
+    ``N > 32`` from ``T * ceil(N / 64) = WIDE_MIN_GROUPS`` on, else 32. The wide kernel has one stage
+    size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
     split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
     Splits ``s = floor(num_sms * ctas_per_sm / (cluster_size * T * head_groups))`` clamped to
     ``[1, min(64, topk / (cluster_size * cta_chunk))]``, then positions per split ``ceil(topk / s)``
     rounded up to that granule (and ``s`` reduced to the splits that still hold positions).
-    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` and 2 above (measured with the first
+    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` or on the wide kernel, and 2 above (measured with the first
     release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv; not re-measured since). Example
     (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256 positions (64 CTAs of 32 positions),
     T = 8 → 4 splits of 512.
@@ -144,7 +165,8 @@ def plan(
     ValueError
         ``num_heads`` outside [1, 128], a negative ``num_tokens`` (0: an all-padding step, nothing
         launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``cluster_size`` not in
-        :data:`CLUSTER_SIZES` or ``cta_chunk`` not in :data:`CTA_CHUNKS`.
+        :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
+        :data:`HEAD_TILES`, or the wide kernel's ``head_tiles`` with another stage or cluster size.
     """
     if not 1 <= num_heads <= 128:
         raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
@@ -157,15 +179,23 @@ def plan(
         raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
     if cta_chunk is not None and cta_chunk not in CTA_CHUNKS:
         raise ValueError(f"sparse_mla: argument 'cta_chunk' expected one of {CTA_CHUNKS}, got {cta_chunk}")
-    head_tiles = 1 if num_heads <= 16 else 2
+    if head_tiles is not None and head_tiles not in HEAD_TILES:
+        raise ValueError(f"sparse_mla: argument 'head_tiles' expected one of {HEAD_TILES}, got {head_tiles}")
+    if head_tiles is None:
+        head_tiles = _default_head_tiles(num_tokens, num_heads, cluster_size, cta_chunk)
+    wide = head_tiles == WIDE_HEAD_TILES
+    if wide and (cluster_size not in (None, 1) or cta_chunk not in (None, WIDE_CTA_CHUNK)):
+        raise ValueError(
+            f"sparse_mla: argument 'head_tiles' {head_tiles} (the wide kernel) expected cluster_size 1 and "
+            f"cta_chunk {WIDE_CTA_CHUNK}, got {cluster_size} and {cta_chunk}")
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
     token_groups = max(num_tokens, 1) * head_groups
     if ctas_per_sm is None:
-        ctas_per_sm = 1 if token_groups <= 2 else 2
+        ctas_per_sm = 1 if token_groups <= 2 or wide else 2
     if cluster_size is None:
-        cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS else 1
+        cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS and not wide else 1
     if cta_chunk is None:
-        cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS else CTA_CHUNKS[0]
+        cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS or wide else CTA_CHUNKS[0]
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
     splits = (num_sms * ctas_per_sm) // (cluster_size * token_groups)
@@ -189,6 +219,18 @@ def plan(
         positions_per_split=positions_per_split,
         cluster_size=cluster_size,
     )
+
+
+def _default_head_tiles(num_tokens: int, num_heads: int, cluster_size: Optional[int], cta_chunk: Optional[int]) -> int:
+    """:func:`plan`'s head tiles when not given: the wide kernel only where a caller's cluster size or
+    stage size does not rule it out."""
+    if num_heads <= HEAD_TILE_ROWS:
+        return 1
+    wide_groups = max(num_tokens, 1) * -(-num_heads // (HEAD_TILE_ROWS * WIDE_HEAD_TILES))
+    wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK)
+    if num_heads > 2 * HEAD_TILE_ROWS and wide_groups >= WIDE_MIN_GROUPS and wide_fits:
+        return WIDE_HEAD_TILES
+    return 2
 
 
 @dataclasses.dataclass
@@ -220,13 +262,19 @@ class DecodeWorkspace:
         cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
         ctas_per_sm: Optional[int] = None,
     ) -> "DecodeWorkspace":
-        """Buffers for every token count ``1..max_tokens`` of :func:`plan`, with either cluster size.
+        """Buffers for every token count ``1..max_tokens`` of :func:`plan`, with either cluster size and
+        either kernel.
 
         Only grids smaller than ``num_sms * ctas_per_sm`` CTAs split, so the buffers stay below
-        ``num_sms * ctas_per_sm * 32 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200)."""
+        ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200:
+        the wide kernel aims at one CTA per SM)."""
+        narrow_tiles = 1 if num_heads <= HEAD_TILE_ROWS else 2
+        shapes = [dict(head_tiles=narrow_tiles, cluster_size=size) for size in CLUSTER_SIZES]
+        if num_heads > 2 * HEAD_TILE_ROWS:
+            shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
         plans = []
         for t in range(1, max_tokens + 1):
-            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, cluster_size=size) for size in CLUSTER_SIZES]
+            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, **shape) for shape in shapes]
             plans += step
             if t > 2 and all(p.num_splits == 1 for p in step):
                 break  # more tokens never split again (the default CTAs per SM is fixed from T = 3 on)
@@ -248,8 +296,9 @@ def max_active_clusters(
     RuntimeError
         The op library is not available (the reason is in the message) or the query failed.
     ValueError
-        ``head_tiles`` not 1 or 2, ``cta_chunk`` not 16 or 32, ``cluster_size`` not 8 or 1, or
-        ``positions_per_split`` not a multiple of ``cluster_size * cta_chunk`` in (0, 8192].
+        ``head_tiles`` not in :data:`HEAD_TILES`, ``cta_chunk`` not 16 or 32, ``cluster_size`` not 8
+        or 1 (the wide kernel: 32 and 1), or ``positions_per_split`` not a multiple of
+        ``cluster_size * cta_chunk`` in (0, 8192].
     """
     availability = is_available()
     if not availability:
@@ -307,8 +356,8 @@ def sparse_mla_decode(
         strides even (views of a fused `[T, N, 576]` query are fine).
     kv_cache : torch.Tensor
         `[num_blocks, 64, 576]` bf16, or the fp8_ds_mla cache `[num_blocks, 64, 656]` uint8
-        (:mod:`sparse_mla.fp8_ds_mla`, dequantized in the kernel: each warp converts its columns of a
-        gathered chunk in registers as it loads them, never a copy of the cache); slot elements
+        (:mod:`sparse_mla.fp8_ds_mla`, dequantized in the kernel chunk by chunk as it is gathered,
+        never a copy of the cache); slot elements
         contiguous; block and slot strides multiples of 16 bytes (a padded block stride is fine).
     topk_indices : torch.Tensor
         `[T, topk]` int32 request-local positions; ``-1``, positions ``>= token_kv_len``, past the

@@ -1,0 +1,378 @@
+// Building blocks the two decode kernels share (cc/sparse_decode_kernel.cu: up to 32 heads per CTA,
+// cc/sparse_decode_wide_kernel.cu: 64): tensor-core and copy instructions, the fp8_ds_mla
+// dequantization, position -> slot translation, the slot gather, the split merge and the launcher.
+// Included by those two translation units only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cc/sparse_decode.h"
+
+namespace sparse_mla {
+namespace decode {
+
+constexpr int kThreads = 256;  // 8 warps per CTA (the wide kernel: more, kBlockThreads)
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z
+constexpr float kNegInf = -INFINITY;
+constexpr float kLn2 = 0.69314718055994530942f;
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;  // 0: fill 16 zero bytes, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 4 : 0;  // 0: fill 4 zero bytes, read nothing
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// D += A . B, A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 fp32.
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D += A . B, A 16x8 bf16 (row), B 8x8 bf16 (col), D 16x8 fp32.
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Two transposed 8x8 bf16 matrices; lane l < 16 gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// Four 8x8 bf16 matrices (lane l gives the address of row l % 8 of matrix l / 8), as stored or transposed.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* row, int col, bool valid) {
+  return valid ? __ldg(reinterpret_cast<const uint32_t*>(row + col)) : 0u;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Dequantizes two fp8 e4m3 values (the low byte first) times `scale` into a bf16 pair. e4m3 -> f16 is
+// exact; the product is rounded to bf16 once, as the Triton kernel does (sparse_mla_attention.py).
+__device__ __forceinline__ uint32_t dequantize_pair(uint16_t bytes, float scale) {
+  const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  return pack_bf16(f.x * scale, f.y * scale);
+}
+
+// exp2-weighted sum of normalized partial outputs (a slice's or a split's): with w = 2^(lse - base) per
+// partial, the merged output is sum(w x) / sum(w) and its base-2 LSE base + log2(sum(w)).
+struct WeightedSum {
+  float total = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  __device__ __forceinline__ void add(float w, const float4& x) {
+    total += w;
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+    acc.z += w * x.z;
+    acc.w += w * x.w;
+  }
+  __device__ __forceinline__ void rescale(float r) {
+    total *= r;
+    acc.x *= r;
+    acc.y *= r;
+    acc.z *= r;
+    acc.w *= r;
+  }
+  __device__ __forceinline__ float4 mean() const {
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    return make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+  }
+  __device__ __forceinline__ float lse(float base) const { return total > 0.f ? base + log2f(total) : kNegInf; }
+};
+
+// Four output columns of one head of a finished token, as bf16.
+__device__ __forceinline__ void store_output(const SparseDecodeParams& p, int token, int head, int col, const float4& x) {
+  auto* out = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride +
+                                          head * p.out_head_stride + col);
+  out[0] = pack_bf16(x.x, x.y);
+  out[1] = pack_bf16(x.z, x.w);
+}
+
+// The (split, token, head group) of a CTA: the grid is cluster ranks x splits x (T x head groups).
+struct CtaWork {
+  int split, token, head_group;
+  __device__ __forceinline__ explicit CtaWork(const SparseDecodeParams& p)
+      : split(blockIdx.y), token(blockIdx.z / p.head_groups), head_group(blockIdx.z % p.head_groups) {}
+};
+
+// Positions [begin, begin + count) of `token`'s top-k row -> global slot rows (rows[i], -1 = masked),
+// by all kBlockThreads threads of the CTA, kUnroll independent loads in flight. Position p of request
+// req_id[t] lives in block block_table[req, p / 64], slot p % 64; -1, p >= token_kv_len[t], p past the
+// block table and block ids outside [0, num_blocks) are masked.
+template <int kBlockThreads = kThreads>
+__device__ __forceinline__ void translate_positions(const SparseDecodeParams& p, int token, int begin, int count,
+                                                    int* rows) {
+  constexpr int kUnroll = 4;
+  const int tid = threadIdx.x;
+  const int kv_len = p.token_kv_len[token];
+  const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
+  const int32_t* block_row = p.block_table + static_cast<int64_t>(p.req_id[token]) * p.block_table_stride;
+  for (int base = 0; base < count; base += kBlockThreads * kUnroll) {
+    int position[kUnroll], block_id[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kBlockThreads + tid, j = begin + i;
+      position[u] = i < count && j < p.topk ? __ldg(index_row + j) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = position[u] >= 0 && position[u] < kv_len && position[u] / kBlockSize < p.max_blocks_per_req;
+      block_id[u] = valid ? __ldg(block_row + position[u] / kBlockSize) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kBlockThreads + tid;
+      if (i < count)
+        rows[i] = block_id[u] >= 0 && block_id[u] < p.num_blocks ? block_id[u] * kBlockSize + position[u] % kBlockSize
+                                                                 : -1;
+    }
+  }
+}
+
+// Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
+// 656-byte fp8_ds_mla), rows[0..kChunk) of them, into `stage` (kStagedRowBytes apart), by the CTA's
+// kBlockThreads threads: kBlockThreads / kChunk consecutive threads copy one slot, its address computed
+// once, each of them every (kBlockThreads / kChunk)-th 16-byte piece of it. Masked rows are
+// zero-filled, never read.
+template <int kChunk, bool kFp8, int kStagedRowBytes, int kBlockThreads = kThreads>
+__device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, unsigned char* stage) {
+  constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
+  constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
+  const int tid = threadIdx.x, r = tid / kThreadsPerSlot;
+  const int row = rows[r];
+  const auto* src = static_cast<const unsigned char*>(p.kv_cache);  // masked rows: a valid address, nothing read
+  if (row >= 0)
+    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
+  unsigned char* dst = stage + r * kStagedRowBytes;
+  if (p.ablate & kAblateGather) return;
+#pragma unroll
+  for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
+    cp_async_16(dst + part * 16, src + (row >= 0 ? part * 16 : 0), row >= 0);
+}
+
+// The cp.async ring of kStages gathered chunks: `issue(c)` copies chunk c into stage c % kStages.
+// start() issues the first kStages - 1; wait_for(c) returns when chunk c has landed for every thread
+// and every thread is done with chunk c - 1, after issuing chunk c + kStages - 1 into the stage c - 1
+// freed.
+template <int kStages, typename Issue>
+struct GatherRing {
+  Issue issue;
+  int num_chunks;
+
+  __device__ __forceinline__ void start() {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_chunks) issue(s);
+      cp_async_commit();
+    }
+  }
+  __device__ __forceinline__ void wait_for(int chunk) {
+    cp_async_wait<kStages - 2>();  // chunk has landed (kStages - 1 groups were outstanding)
+    __syncthreads();               // ... for every thread; and the previous chunk is fully consumed
+    if (chunk + kStages - 1 < num_chunks) issue(chunk + kStages - 1);
+    cp_async_commit();
+  }
+};
+
+// Split-KV bookkeeping of one CTA after it stored its partial output and LSE (the workspace layout of
+// SparseDecodeParams): bumps the arrival counter of its (token, head group, rank) and tells whether it
+// arrived last, in which case it has reset the counter (so a later launch or CUDA-graph replay finds it
+// zero) and may read every split's partials. Called by all threads of the CTA.
+__device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_t group_index, int rank) {
+  __shared__ int last;
+  __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
+  if (threadIdx.x == 0) {
+    __threadfence();  // release: this CTA's partials are visible before its arrival counts
+    int32_t* counter = p.counters + group_index * kClusterSize + rank;
+    last = atomicAdd(counter, 1) == p.num_splits - 1;
+    if (last) *counter = 0;  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
+  return true;
+}
+
+// The last CTA of a (token, head group, rank): merges every split's partial output of its kHeads heads
+// and output columns [kColsPerRank rank, kColsPerRank (rank + 1)), each thread float4s of one head's
+// columns with kMergeUnroll splits loaded at once (folded into a running max / sum / accumulator), and
+// writes the output and LSE.
+template <int kHeads, int kColsPerRank, int kBlockThreads = kThreads>
+__device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int token, int head_base, int64_t group_index,
+                                             int rank) {
+  constexpr int kMergeUnroll = 8;
+  constexpr int kVectorsPerHead = kColsPerRank / 4;
+  constexpr int kVectors = kHeads * kVectorsPerHead;
+  const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
+  const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
+  for (int v = threadIdx.x; v < kVectors; v += kBlockThreads) {
+    const int h = v / kVectorsPerHead, col = rank * kColsPerRank + (v % kVectorsPerHead) * 4;
+    float running_max = kNegInf;
+    WeightedSum sum;
+    for (int s0 = 0; s0 < p.num_splits; s0 += kMergeUnroll) {
+      float4 x[kMergeUnroll];
+      float lse[kMergeUnroll];
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) {
+        const bool present = s0 + u < p.num_splits;
+        lse[u] = present ? __ldcg(lse_base + (s0 + u) * kClusterSize * kHeads + h) : kNegInf;
+        x[u] = present ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      float group_max = running_max;
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) group_max = fmaxf(group_max, lse[u]);
+      const float base = group_max == kNegInf ? 0.f : group_max;  // no (-inf) - (-inf)
+      sum.rescale(exp2f(running_max - base));                     // 0 while nothing was valid
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) sum.add(exp2f(lse[u] - base), x[u]);  // 0 for a split without valid positions
+      running_max = group_max;
+    }
+    if (head_base + h >= p.num_heads) continue;
+    store_output(p, token, head_base + h, col, sum.mean());
+    if (p.lse != nullptr && rank == 0 && v % kVectorsPerHead == 0)
+      p.lse[token * p.num_heads + head_base + h] = sum.lse(running_max) * kLn2;
+  }
+}
+
+// The parameters of tokens [first, first + count) of `p` alone (the kernels index every per-token
+// tensor and the split workspace by token).
+inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, int count) {
+  SparseDecodeParams part = p;
+  const int64_t t = first;
+  const int64_t groups = t * p.head_groups;
+  const int64_t heads_per_cta = kHeadTileRows * p.head_tiles;
+  part.q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + t * p.q_nope_token_stride;
+  part.q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + t * p.q_rope_token_stride;
+  part.topk_indices = p.topk_indices + t * p.topk_token_stride;
+  part.req_id = p.req_id + t;
+  part.token_kv_len = p.token_kv_len + t;
+  part.out = static_cast<__nv_bfloat16*>(p.out) + t * p.out_token_stride;
+  if (p.lse != nullptr) part.lse = p.lse + t * p.num_heads;
+  if (p.num_splits > 1) {
+    part.partial_out = p.partial_out + groups * p.num_splits * heads_per_cta * kKvLoraRank;
+    part.partial_lse = p.partial_lse + groups * p.num_splits * kClusterSize * heads_per_cta;
+    part.counters = p.counters + groups * kClusterSize;
+  }
+  part.num_tokens = count;
+  return part;
+}
+
+// Launches and sizes one kernel instantiation. `Kernel` provides kFunction (a __global__ taking
+// SparseDecodeParams), kBlockThreads, kClusterCtas (CTAs per cluster along x, 1: none) and
+// shared_bytes(positions_per_split).
+template <typename Kernel>
+struct Launcher {
+  // Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
+  static cudaError_t allow_shared_memory(int bytes) {
+    constexpr int kMaxDevices = 64;
+    static int configured_bytes[kMaxDevices] = {};
+    int device = 0;
+    cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return error;
+    if (device < kMaxDevices && bytes <= configured_bytes[device]) return cudaSuccess;
+    error = cudaFuncSetAttribute(Kernel::kFunction, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (error == cudaSuccess && device < kMaxDevices) configured_bytes[device] = bytes;
+    return error;
+  }
+
+  // Grid kClusterCtas x splits x token_groups CTAs of kBlockThreads, in clusters of kClusterCtas along x.
+  static cudaLaunchConfig_t config(int num_splits, int token_groups, int bytes, cudaStream_t stream,
+                                   cudaLaunchAttribute* cluster) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(Kernel::kClusterCtas, num_splits, token_groups);
+    config.blockDim = dim3(Kernel::kBlockThreads, 1, 1);
+    config.dynamicSmemBytes = bytes;
+    config.stream = stream;
+    cluster->id = cudaLaunchAttributeClusterDimension;
+    cluster->val.clusterDim.x = Kernel::kClusterCtas;
+    cluster->val.clusterDim.y = 1;
+    cluster->val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = Kernel::kClusterCtas > 1 ? 1 : 0;
+    return config;
+  }
+
+  static cudaError_t launch(const SparseDecodeParams& p, cudaStream_t stream) {
+    const int bytes = Kernel::shared_bytes(p.positions_per_split);
+    const cudaError_t error = allow_shared_memory(bytes);
+    if (error != cudaSuccess) return error;
+    // A grid's z dimension holds at most kMaxGridZ (token, head group) pairs: more tokens take more
+    // launches, each on its own tokens' slices of every per-token tensor and of the workspace.
+    const int max_tokens = kMaxGridZ / p.head_groups;
+    for (int first = 0; first < p.num_tokens; first += max_tokens) {
+      const int count = p.num_tokens - first < max_tokens ? p.num_tokens - first : max_tokens;
+      const SparseDecodeParams part = token_slice(p, first, count);
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t launch_config = config(part.num_splits, count * part.head_groups, bytes, stream, &cluster);
+      const cudaError_t launch_error = cudaLaunchKernelEx(&launch_config, Kernel::kFunction, part);
+      if (launch_error != cudaSuccess) return launch_error;
+    }
+    return cudaSuccess;
+  }
+
+  static cudaError_t max_active_clusters(int positions_per_split, int* clusters) {
+    const int bytes = Kernel::shared_bytes(positions_per_split);
+    cudaError_t error = allow_shared_memory(bytes);
+    if (error != cudaSuccess) return error;
+    if constexpr (Kernel::kClusterCtas > 1) {
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t launch_config = config(1, 1, bytes, nullptr, &cluster);
+      return cudaOccupancyMaxActiveClusters(clusters, Kernel::kFunction, &launch_config);
+    }
+    int device = 0, sms = 0, per_sm = 0;
+    if ((error = cudaGetDevice(&device)) != cudaSuccess) return error;
+    if ((error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return error;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel::kFunction, Kernel::kBlockThreads, bytes);
+    if (error != cudaSuccess) return error;
+    *clusters = sms * per_sm;
+    return cudaSuccess;
+  }
+};
+
+}  // namespace decode
+}  // namespace sparse_mla
