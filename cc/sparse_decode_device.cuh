@@ -40,6 +40,10 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// This thread's generic-proxy shared-memory writes (st.shared, cp.async) made visible to the async
+// proxy (wgmma operands) once a barrier orders them.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 // D += A . B, A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 fp32.
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -196,9 +200,9 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
 
 // The cp.async ring of kStages gathered chunks: `issue(c)` copies chunk c into stage c % kStages.
 // start() issues the first kStages - 1; wait_for(c) returns when chunk c has landed for every thread
-// and every thread is done with chunk c - 1, after issuing chunk c + kStages - 1 into the stage c - 1
-// freed.
-template <int kStages, typename Issue>
+// (kAsyncReaders: for wgmma too) and every thread is done with chunk c - 1, after issuing chunk
+// c + kStages - 1 into the stage c - 1 freed.
+template <int kStages, typename Issue, bool kAsyncReaders = false>
 struct GatherRing {
   Issue issue;
   int num_chunks;
@@ -212,6 +216,7 @@ struct GatherRing {
   }
   __device__ __forceinline__ void wait_for(int chunk) {
     cp_async_wait<kStages - 2>();  // chunk has landed (kStages - 1 groups were outstanding)
+    if constexpr (kAsyncReaders) fence_proxy_async();
     __syncthreads();               // ... for every thread; and the previous chunk is fully consumed
     if (chunk + kStages - 1 < num_chunks) issue(chunk + kStages - 1);
     cp_async_commit();

@@ -9,25 +9,27 @@
 //
 // Work decomposition
 // ------------------
-// 8 warps = 4 head tiles (16 heads, the mma m16 rows) x 2 column halves (kColSplits). Warp (t, c)
-// owns heads [16 t, 16 t + 16) and c_kv columns [256 c, 256 c + 256) with k_rope columns [32 c, 32 c + 32):
-//   - scores: its partial q[:, cols] . k[:, cols] (mma.sync m16n8k16, bf16 in, fp32 out), queries
-//     from shared memory (ldmatrix, staged once per CTA), keys from the chunk's rows (ldmatrix);
-//   - the warps of a head tile add their partials through shared memory (a named barrier of those
-//     warps, not a CTA barrier), in the same order, so each holds the same full scores in registers,
-//     in the accumulator layout;
+// 2 warpgroups; warpgroup g owns c_kv columns [256 g, 256 g + 256) and k_rope columns [32 g, 32 g + 32),
+// and its warp w (of 4) the 16 heads [16 w, 16 w + 16), the rows of its wgmma accumulators:
+//   - scores: the warpgroup's partial q[:, cols] . k[:, cols] for all 64 heads and the stage's 32
+//     positions, on wgmma m64n32k16 with both operands in shared memory (queries staged once);
+//   - the two warps holding the same heads (w and w + 4) add their partials through shared memory (a
+//     64-thread named barrier), so each holds the full scores in registers, in the accumulator layout;
 //   - an fp32 online softmax (base 2) in registers, row statistics shared by the 4 lanes of a row
-//     (quad shuffles); the probabilities become the A fragments of the next product directly;
-//   - out[:, cols] = alpha * out + P . c_kv[:, cols] (values through ldmatrix.trans): 16 x 256 fp32
-//     accumulators per warp (128 registers a lane), hence one CTA of 256 threads per SM.
-// Where the time goes (Nsight Compute, N = 64, T = 128, bf16: 188 µs): shared-memory reads, ~64 % of
-// L1 throughput (mma.sync fragments: every warp of a head tile reads the same keys, every chunk
-// reads the queries again), with 2 warps per scheduler to hide their latency; tensor pipe ~30 %.
-// Pipeline: 32 positions per stage, 3 stages of cp.async whole slots (the gather of
-// cc/sparse_decode_device.cuh), one CTA barrier per stage; the fp8_ds_mla cache adds a pass in which
-// all 256 threads dequantize the stage's c_kv (16 values from one 16-byte load, e4m3 -> f16 exactly,
-// times the group's scale, rounded to bf16) into a bf16 tile, and a second barrier: each value is
-// converted once for 64 heads.
+//     (quad shuffles); the probabilities become the register A operand of the next product;
+//   - out[:, cols] = alpha * out + P . c_kv[:, cols] on wgmma m64n256k16 (A = P from registers,
+//     B = the stage's c_kv read as an MN-major operand): 64 x 256 fp32 accumulators per warpgroup.
+// Operands live in shared memory as "atoms" of 64 columns: [rows / 8][8 rows][128 bytes], the
+// 16-byte chunks of row r XOR-swizzled by r % 8 (wgmma's 128-byte swizzle, 1024-byte aligned). The
+// same staged c_kv is the K-major B of the scores (rows = positions) and the MN-major B of P . V
+// (rows = the k dimension). The gather writes each slot's 16-byte pieces straight into that layout
+// (the 8 threads copying one slot hit 8 different bank groups); fp8_ds_mla slots keep their c_kv
+// bytes and scales in plain rows after their k_rope atom, and all 256 threads dequantize the
+// stage's c_kv into a bf16 atom tile (one CTA barrier more).
+// Pipeline: 32 positions per stage, 3 stages of cp.async, one CTA barrier per stage.
+// Measured on the H200 (results/2026-11-30-h200/release4/README.md): N = 64, T = 128, bf16 137 µs, fp8
+// 175 µs; the same decomposition on mma.sync (ldmatrix fragments, every warp of a head tile reading
+// the same keys) took 183 and 211.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output and LSE to the workspace and the last to arrive merges them (merge_splits).
 #include <cuda_bf16.h>
@@ -40,37 +42,46 @@ namespace decode {
 namespace wide {
 namespace {
 
-constexpr int kHeads = kHeadTileRows * kHeadTiles;      // 64 heads per CTA
-// Warps sharing a head tile, each its share of the columns: 2 (8 warps, one CTA of 238 registers a
-// lane per SM). 4 (16 warps of 128 registers) was slower on the H200 at large T (N = 64, T = 128:
-// 235 vs 183 µs), faster only where the grid is too small for this kernel anyway (N = 128, T = 4:
-// 53 vs 58): results/2026-11-30-h200/release4/README.md.
-constexpr int kColSplits = 2;
-constexpr int kWideWarps = kHeadTiles * kColSplits;
-constexpr int kBlockThreads = 32 * kWideWarps;
-constexpr int kNopePerWarp = kKvLoraRank / kColSplits;  // c_kv columns per warp
-constexpr int kRopePerWarp = kRopeDim / kColSplits;     // k_rope columns per warp
+constexpr int kHeads = kHeadTileRows * kHeadTiles;      // 64 heads per CTA: the wgmma M
+constexpr int kWarpgroups = 2;                          // each its half of the columns
+constexpr int kBlockThreads = 128 * kWarpgroups;
+constexpr int kNopePerGroup = kKvLoraRank / kWarpgroups;  // 256 c_kv columns
+constexpr int kRopePerGroup = kRopeDim / kWarpgroups;     // 32 k_rope columns
 constexpr int kStages = 3;                              // gathered chunks held (two in flight)
-constexpr int kRowStride = kSlotElems + 8;              // bf16 per query row and staged bf16 row: 1168 B
-constexpr int kFp8RowBytes = kFp8SlotBytes + 32;        // staged fp8_ds_mla row: 688 B
-constexpr int kTileStride = kKvLoraRank + 8;            // bf16 per dequantized c_kv row: 1040 B
+constexpr int kAtomCols = 64;                           // bf16 columns of one 128-byte swizzled row
+constexpr int kAtomAlign = 1024;                        // the swizzle pattern repeats every 8 rows
+constexpr int kSlotAtoms = kSlotElems / kAtomCols;      // 9: c_kv (8) and k_rope (1)
+constexpr int kKvAtoms = kKvLoraRank / kAtomCols;       // 8
+constexpr int kStageAtomBytes = kCtaChunk * 128;        // one atom of the stage's 32 rows
+constexpr int kQAtomBytes = kHeads * 128;               // one atom of the 64 query rows
+constexpr int kFp8RowBytes = kFp8RopeOffset;            // staged fp8_ds_mla row without k_rope: 528 B
+constexpr int kFp8RowsOffset = kStageAtomBytes;         // fp8 stage: the k_rope atom, then the rows
+constexpr int kFp8StageBytes = kFp8RowsOffset + kCtaChunk * kFp8RowBytes;
 constexpr int kScoreTiles = kCtaChunk / 8;              // n-tiles of 8 positions per stage
-constexpr int kOutTiles = kNopePerWarp / 8;             // n-tiles of 8 output columns per warp
+constexpr int kOutTiles = kNopePerGroup / 8;            // n-tiles of 8 output columns per warpgroup
 constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores, as its lanes hold them
-// Row strides of 1168, 688 and 1040 bytes put the 8 rows of an 8x8 ldmatrix in distinct bank groups.
-static_assert(kNopePerWarp % 16 == 0 && kRopePerWarp % 16 == 0, "whole k-steps of 16 columns per warp");
-static_assert(kCtaChunk % 16 == 0 && kOutTiles % 2 == 0, "fragments come in pairs");
+static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 
-// Byte offsets of the dynamic shared memory of one CTA.
+constexpr int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+// Byte offset of bf16 column `col` (a multiple of 8) of row `row` in an operand of `rows` rows stored
+// as atoms of 64 columns.
+__host__ __device__ constexpr int atom_offset(int row, int col, int rows) {
+  return (col / kAtomCols) * rows * 128 + (row / 8) * 1024 + (row % 8) * 128 +
+         ((((col % kAtomCols) / 8) ^ (row % 8)) << 4);
+}
+
+// Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
 struct SharedLayout {
-  int q, ring, tile, exchange, rows, total;
+  int q, ring, stage_bytes, tile, exchange, rows, total;
   __host__ __device__ SharedLayout(bool fp8, int positions_per_split) {
-    q = 0;                                                              // [kHeads][kRowStride] bf16: q_nope | q_rope
-    ring = q + kHeads * kRowStride * 2;                                 // [kStages][kCtaChunk] staged rows
-    tile = ring + kStages * kCtaChunk * (fp8 ? kFp8RowBytes : kRowStride * 2);  // fp8: [kCtaChunk][kTileStride] bf16
-    exchange = tile + (fp8 ? kCtaChunk * kTileStride * 2 : 0);          // [kWideWarps][kExchangeFloats] fp32
-    rows = exchange + kWideWarps * kExchangeFloats * 4;                 // [positions_per_split] int32
-    total = rows + positions_per_split * 4;
+    q = 0;                                                              // kSlotAtoms atoms of 64 query rows
+    ring = q + kSlotAtoms * kQAtomBytes;                                // kStages stages
+    stage_bytes = round_up(fp8 ? kFp8StageBytes : kSlotAtoms * kStageAtomBytes, kAtomAlign);
+    tile = ring + kStages * stage_bytes;                                // fp8: kKvAtoms atoms of the stage's c_kv
+    exchange = tile + (fp8 ? kKvAtoms * kStageAtomBytes : 0);           // [8 warps][kExchangeFloats] fp32
+    rows = exchange + 8 * kExchangeFloats * 4;                          // [positions_per_split] int32
+    total = rows + positions_per_split * 4 + kAtomAlign;                // + alignment slack
   }
 };
 
@@ -79,13 +90,109 @@ __device__ __forceinline__ void sync_warps(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Shared-memory matrix descriptor of wgmma: 128-byte swizzle, byte offsets `leading` and `stride`.
+__device__ __forceinline__ uint64_t smem_descriptor(const void* smem, int leading, int stride) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return static_cast<uint64_t>((addr >> 4) & 0x3FFF) | (static_cast<uint64_t>((leading >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((stride >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+template <int kN>
+__device__ __forceinline__ void keep_in_registers(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[64 x 32] += A . B on the warpgroup, A (64 x 16) and B (16 x 32) K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"  // p: accumulate into d
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b));
+}
+
+// d[64 x 256] += A . B on the warpgroup, A (64 x 16) in registers (mma.sync's A fragment of each
+// warp's 16 rows), B (16 x 256) MN-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"  // p: accumulate into d
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+      "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// Copies the kCtaChunk slots rows[0..kCtaChunk) of the cache into `stage`: bf16 slots as 9 atoms
+// (piece j of a slot -> chunk j % 8 of atom j / 8); fp8_ds_mla slots as 528-byte rows (c_kv and
+// scales) and their k_rope as one atom. 8 consecutive threads copy one slot, each every 8th piece.
+template <bool kFp8>
+__device__ __forceinline__ void gather_atoms(const SparseDecodeParams& p, const int* rows, unsigned char* stage) {
+  constexpr int kThreadsPerSlot = kBlockThreads / kCtaChunk;
+  constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
+  const int tid = threadIdx.x, r = tid / kThreadsPerSlot;
+  const int row = rows[r];
+  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
+  if (row >= 0)
+    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
+  if (p.ablate & kAblateGather) return;
+#pragma unroll
+  for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot) {
+    unsigned char* dst;
+    if constexpr (kFp8) {
+      constexpr int kRopePiece = kFp8RopeOffset / 16;
+      dst = part < kRopePiece ? stage + kFp8RowsOffset + r * kFp8RowBytes + part * 16
+                              : stage + atom_offset(r, (part - kRopePiece) * 8, kCtaChunk);
+    } else {
+      dst = stage + atom_offset(r, part * 8, kCtaChunk);
+    }
+    cp_async_16(dst, src + (row >= 0 ? part * 16 : 0), row >= 0);
+  }
+}
+
 template <bool kFp8>
 __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(const SparseDecodeParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   const SharedLayout layout(kFp8, p.positions_per_split);
-  auto* q = reinterpret_cast<__nv_bfloat16*>(smem + layout.q);
+  const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  unsigned char* smem = smem_raw + ((kAtomAlign - raw_addr % kAtomAlign) % kAtomAlign);
+  unsigned char* q = smem + layout.q;
   unsigned char* ring = smem + layout.ring;
-  auto* tile = reinterpret_cast<__nv_bfloat16*>(smem + layout.tile);
+  unsigned char* tile = smem + layout.tile;
   auto* exchange = reinterpret_cast<float*>(smem + layout.exchange);
   auto* rows = reinterpret_cast<int*>(smem + layout.rows);  // [positions_per_split] global slot, -1 = masked
 
@@ -93,12 +200,12 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   const int split = work.split, token = work.token, head_group = work.head_group;
   const int head_base = head_group * kHeads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
-  const int head_tile = warp / kColSplits, col_split = warp % kColSplits;
+  const int group = lane >> 2, quad = lane & 3;  // accumulator fragment coordinates
+  const int warpgroup = warp / 4, head_tile = warp % 4;
   const int positions = p.positions_per_split;
 
-  // 1. The 64 heads' queries -> shared memory, [q_nope | q_rope] per row (heads past N: zeros), with
-  //    4-byte copies (any even stride); committed with the first stage.
+  // 1. The 64 heads' queries -> shared memory as atoms (heads past N: zeros), with 4-byte copies (any
+  //    even stride); committed with the first stage.
   {
     constexpr int kPairsPerHead = kSlotElems / 2;
     const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
@@ -109,7 +216,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
       const int head = valid ? head_base + h : 0;
       const __nv_bfloat16* src = col < kKvLoraRank ? q_nope + head * p.q_nope_head_stride + col
                                                    : q_rope + head * p.q_rope_head_stride + col - kKvLoraRank;
-      cp_async_4(q + h * kRowStride + col, src, valid);
+      cp_async_4(q + atom_offset(h, col & ~7, kHeads) + (col & 7) * 2, src, valid);
     }
   }
 
@@ -117,44 +224,32 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   translate_positions<kBlockThreads>(p, token, split * positions, positions, rows);
   __syncthreads();  // rows[] complete
 
-  // 3. Gather ring: chunk c's kCtaChunk whole slots, as stored, into stage c % kStages.
-  constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
+  // 3. Gather ring: chunk c's slots into stage c % kStages.
   auto issue_chunk = [&](int chunk) {
-    gather_chunk<kCtaChunk, kFp8, kStagedRowBytes, kBlockThreads>(p, rows + chunk * kCtaChunk,
-                                                                  ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes);
+    gather_atoms<kFp8>(p, rows + chunk * kCtaChunk, ring + (chunk % kStages) * layout.stage_bytes);
   };
   const int num_chunks = positions / kCtaChunk;
-  GatherRing<kStages, decltype(issue_chunk)> gather{issue_chunk, num_chunks};
+  GatherRing<kStages, decltype(issue_chunk), true> gather{issue_chunk, num_chunks};
   gather.start();
 
-  float out_acc[kOutTiles][4];
+  float out_acc[kOutTiles * 4];
 #pragma unroll
-  for (int nt = 0; nt < kOutTiles; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out_acc[nt][i] = 0.f;
-  // Rows group and group + 8 of this warp's head tile: running max (base 2) and this lane's share of
+  for (int i = 0; i < kOutTiles * 4; ++i) out_acc[i] = 0.f;
+  // Rows group and group + 8 of this warp's heads: running max (base 2) and this lane's share of
   // the running sum (its columns; the quad's shares are added at the end).
   float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
 
-  // ldmatrix lane addresses. Queries (A, 16 x 16): rows lane % 16, columns + 8 for lanes 16..31.
-  const __nv_bfloat16* q_frag = q + (head_tile * kHeadTileRows + (lane & 15)) * kRowStride + (lane >> 4) * 8;
-  // Keys (B of two n-tiles, stored [position][column]): matrix m = lane / 8 covers positions
-  // 8 (m / 2).. and columns 8 (m % 2)..; values (B transposed): positions 8 (m % 2).., columns 8 (m / 2)...
-  const int key_position = (lane >> 4) * 8 + (lane & 7), key_col = ((lane >> 3) & 1) * 8;
-  const int value_position = ((lane >> 3) & 1) * 8 + (lane & 7), value_col = (lane >> 4) * 8;
-  constexpr int kKeyStride = kFp8 ? kTileStride : kRowStride;  // bf16 per c_kv operand row
-
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
-    gather.wait_for(chunk);
-    const unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
+    gather.wait_for(chunk);  // with a proxy fence: wgmma reads what cp.async wrote
+    unsigned char* stage = ring + (chunk % kStages) * layout.stage_bytes;
 
-    // 4. fp8_ds_mla: the stage's c_kv -> the bf16 tile, 16 values per thread and step.
+    // 4. fp8_ds_mla: the stage's c_kv -> the bf16 atom tile, 16 values per thread and step.
     if constexpr (kFp8) {
       constexpr int kPiecesPerRow = kKvLoraRank / 16;
 #pragma unroll
       for (int k = 0; k < kCtaChunk * kPiecesPerRow / kBlockThreads; ++k) {
         const int i = tid + k * kBlockThreads, row = i / kPiecesPerRow, piece = i % kPiecesPerRow;
-        const unsigned char* slot = stage + row * kStagedRowBytes;
+        const unsigned char* slot = stage + kFp8RowsOffset + row * kFp8RowBytes;
         const uint4 bytes = *reinterpret_cast<const uint4*>(slot + piece * 16);
         const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup];
         const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
@@ -164,67 +259,54 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
           pairs[2 * w] = dequantize_pair(static_cast<uint16_t>(words[w] & 0xffffu), scale);
           pairs[2 * w + 1] = dequantize_pair(static_cast<uint16_t>(words[w] >> 16), scale);
         }
-        auto* dst = reinterpret_cast<uint4*>(tile + row * kTileStride + piece * 16);
-        dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+        *reinterpret_cast<uint4*>(tile + atom_offset(row, piece * 16, kCtaChunk)) =
+            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        *reinterpret_cast<uint4*>(tile + atom_offset(row, piece * 16 + 8, kCtaChunk)) =
+            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
       }
+      fence_proxy_async();
       __syncthreads();
     }
-    const auto* keys = kFp8 ? tile : reinterpret_cast<const __nv_bfloat16*>(stage);
-    const unsigned char* rope = stage + (kFp8 ? kFp8RopeOffset : kKvLoraRank * 2);  // bf16 k_rope of row 0
+    const unsigned char* kv_atoms = kFp8 ? tile : stage;  // c_kv, atoms 0..7
+    const unsigned char* rope_atom = kFp8 ? stage : stage + kKvAtoms * kStageAtomBytes;
 
-    // 5. This warp's partial scores over its 256 + 32 columns.
-    float score[kScoreTiles][4];
+    // 5. This warpgroup's partial scores over its 256 + 32 columns, all 64 heads (K-major operands;
+    //    a k-step of 16 columns is 32 bytes into an atom's rows).
+    float score[kScoreTiles * 4];
 #pragma unroll
-    for (int nt = 0; nt < kScoreTiles; ++nt)
+    for (int i = 0; i < kScoreTiles * 4; ++i) score[i] = 0.f;
+    wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < 4; ++i) score[nt][i] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < kNopePerWarp / 16; ++ks) {
-      const int col = col_split * kNopePerWarp + ks * 16;
-      uint32_t a[4];
-      ldmatrix_x4(a, q_frag + col);
-#pragma unroll
-      for (int np = 0; np < kScoreTiles / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, keys + (np * 16 + key_position) * kKeyStride + col + key_col);
-        mma_m16n8k16(score[2 * np], a, b[0], b[1]);
-        mma_m16n8k16(score[2 * np + 1], a, b[2], b[3]);
-      }
+    for (int ks = 0; ks < kNopePerGroup / 16; ++ks) {
+      const int col = warpgroup * kNopePerGroup + ks * 16;
+      const int atom = col / kAtomCols, within = (col % kAtomCols) * 2;
+      wgmma_m64n32k16_ss(score, smem_descriptor(q + atom * kQAtomBytes + within, 16, 1024),
+                         smem_descriptor(kv_atoms + atom * kStageAtomBytes + within, 16, 1024));
     }
 #pragma unroll
-    for (int ks = 0; ks < kRopePerWarp / 16; ++ks) {
-      const int col = col_split * kRopePerWarp + ks * 16;
-      uint32_t a[4];
-      ldmatrix_x4(a, q_frag + kKvLoraRank + col);
-#pragma unroll
-      for (int np = 0; np < kScoreTiles / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, rope + (np * 16 + key_position) * kStagedRowBytes + (col + key_col) * 2);
-        mma_m16n8k16(score[2 * np], a, b[0], b[1]);
-        mma_m16n8k16(score[2 * np + 1], a, b[2], b[3]);
-      }
+    for (int ks = 0; ks < kRopePerGroup / 16; ++ks) {
+      const int within = (warpgroup * kRopePerGroup + ks * 16) * 2;
+      wgmma_m64n32k16_ss(score, smem_descriptor(q + kKvAtoms * kQAtomBytes + within, 16, 1024),
+                         smem_descriptor(rope_atom + within, 16, 1024));
     }
+    wgmma_commit();
+    wgmma_wait_all();
+    keep_in_registers(score);
 
-    // 6. The head tile's warps add their partials, in column order in every warp (the same sums).
+    // 6. The two warps holding these heads add their partials, in warpgroup order in both.
     {
-      float* tile_partials = exchange + head_tile * kColSplits * kExchangeFloats;
+      float* tile_partials = exchange + head_tile * kWarpgroups * kExchangeFloats;
 #pragma unroll
-      for (int nt = 0; nt < kScoreTiles; ++nt)
+      for (int i = 0; i < kScoreTiles * 4; ++i) tile_partials[warpgroup * kExchangeFloats + i * 32 + lane] = score[i];
+      sync_warps(1 + head_tile, 32 * kWarpgroups);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) tile_partials[col_split * kExchangeFloats + (nt * 4 + i) * 32 + lane] = score[nt][i];
-      sync_warps(1 + head_tile, 32 * kColSplits);
+      for (int i = 0; i < kScoreTiles * 4; ++i) {
+        float total = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < kScoreTiles; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float total = 0.f;
-#pragma unroll
-          for (int c = 0; c < kColSplits; ++c) {
-            total += c == col_split ? score[nt][i] : tile_partials[c * kExchangeFloats + (nt * 4 + i) * 32 + lane];
-          }
-          score[nt][i] = total;
-        }
+        for (int g = 0; g < kWarpgroups; ++g)
+          total += g == warpgroup ? score[i] : tile_partials[g * kExchangeFloats + i * 32 + lane];
+        score[i] = total;
+      }
     }
 
     // 7. Online softmax in registers: lane (group, quad) holds rows group / group + 8 at positions
@@ -236,10 +318,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const bool valid = chunk_rows[nt * 8 + 2 * quad + j] >= 0;
-        score[nt][j] = valid ? score[nt][j] * p.scale_log2 : kNegInf;
-        score[nt][2 + j] = valid ? score[nt][2 + j] * p.scale_log2 : kNegInf;
-        chunk_max[0] = fmaxf(chunk_max[0], score[nt][j]);
-        chunk_max[1] = fmaxf(chunk_max[1], score[nt][2 + j]);
+        score[nt * 4 + j] = valid ? score[nt * 4 + j] * p.scale_log2 : kNegInf;
+        score[nt * 4 + 2 + j] = valid ? score[nt * 4 + 2 + j] * p.scale_log2 : kNegInf;
+        chunk_max[0] = fmaxf(chunk_max[0], score[nt * 4 + j]);
+        chunk_max[1] = fmaxf(chunk_max[1], score[nt * 4 + 2 + j]);
       }
     float base[2], alpha[2];
 #pragma unroll
@@ -251,13 +333,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
       alpha[r] = exp2f(row_max[r] - base[r]);        // 0 while nothing was valid
       row_max[r] = new_max;
     }
-    // Probabilities as the A fragments of P . V: k-step kk takes n-tiles 2 kk and 2 kk + 1.
+    // Probabilities as the register A operand of P . V: k-step kk takes n-tiles 2 kk and 2 kk + 1.
     uint32_t prob[kCtaChunk / 16][4];
     float sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int nt = 0; nt < kScoreTiles; ++nt) {
-      const float e0 = exp2f(score[nt][0] - base[0]), e1 = exp2f(score[nt][1] - base[0]);
-      const float e2 = exp2f(score[nt][2] - base[1]), e3 = exp2f(score[nt][3] - base[1]);
+      const float e0 = exp2f(score[nt * 4] - base[0]), e1 = exp2f(score[nt * 4 + 1] - base[0]);
+      const float e2 = exp2f(score[nt * 4 + 2] - base[1]), e3 = exp2f(score[nt * 4 + 3] - base[1]);
       sum[0] += e0 + e1;
       sum[1] += e2 + e3;
       prob[nt / 2][(nt % 2) * 2] = pack_bf16(e0, e1);
@@ -266,23 +348,25 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + sum[r];
 
-    // 8. out[:, cols] = alpha * out + P . c_kv[:, cols].
+    // 8. out[:, cols] = alpha * out + P . c_kv[:, cols] (MN-major B: N-atoms 4096 bytes apart, k
+    //    groups of 8 positions 1024 apart).
 #pragma unroll
     for (int nt = 0; nt < kOutTiles; ++nt) {
-      out_acc[nt][0] *= alpha[0];
-      out_acc[nt][1] *= alpha[0];
-      out_acc[nt][2] *= alpha[1];
-      out_acc[nt][3] *= alpha[1];
+      out_acc[nt * 4] *= alpha[0];
+      out_acc[nt * 4 + 1] *= alpha[0];
+      out_acc[nt * 4 + 2] *= alpha[1];
+      out_acc[nt * 4 + 3] *= alpha[1];
     }
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kCtaChunk / 16; ++kk)
-#pragma unroll
-      for (int n2 = 0; n2 < kOutTiles / 2; ++n2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, keys + (kk * 16 + value_position) * kKeyStride + col_split * kNopePerWarp + n2 * 16 + value_col);
-        mma_m16n8k16(out_acc[2 * n2], prob[kk], b[0], b[1]);
-        mma_m16n8k16(out_acc[2 * n2 + 1], prob[kk], b[2], b[3]);
-      }
+      wgmma_m64n256k16_rs(
+          out_acc, prob[kk],
+          smem_descriptor(kv_atoms + warpgroup * (kNopePerGroup / kAtomCols) * kStageAtomBytes + kk * 2 * 1024,
+                          kStageAtomBytes, 1024));
+    wgmma_commit();
+    wgmma_wait_all();
+    keep_in_registers(out_acc);
   }
   cp_async_wait<0>();
 
@@ -296,7 +380,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     lse[r] = l > 0.f ? row_max[r] + log2f(l) : kNegInf;
   }
-  const int col0 = col_split * kNopePerWarp + 2 * quad;
+  const int col0 = warpgroup * kNopePerGroup + 2 * quad;
   if (p.num_splits == 1) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -306,8 +390,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 #pragma unroll
       for (int nt = 0; nt < kOutTiles; ++nt)
         *reinterpret_cast<uint32_t*>(out + nt * 8) =
-            pack_bf16(out_acc[nt][2 * r] * inv[r], out_acc[nt][2 * r + 1] * inv[r]);
-      if (p.lse != nullptr && col_split == 0 && quad == 0) p.lse[token * p.num_heads + head] = lse[r] * kLn2;
+            pack_bf16(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]);
+      if (p.lse != nullptr && warpgroup == 0 && quad == 0) p.lse[token * p.num_heads + head] = lse[r] * kLn2;
     }
     return;
   }
@@ -320,8 +404,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 #pragma unroll
     for (int nt = 0; nt < kOutTiles; ++nt)
       __stcg(reinterpret_cast<float2*>(partial + nt * 8),
-             make_float2(out_acc[nt][2 * r] * inv[r], out_acc[nt][2 * r + 1] * inv[r]));
-    if (col_split == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);
+             make_float2(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]));
+    if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);
   }
   if (!arrived_last(p, group_index, 0) || (p.ablate & kAblateMerge)) return;
   merge_splits<kHeads, kKvLoraRank, kBlockThreads>(p, token, head_base, group_index, 0);
