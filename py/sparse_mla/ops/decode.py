@@ -70,11 +70,12 @@ grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones 
 48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
 call 15: N = 16, T = 128: 108 vs 122 µs)."""
 
-WIDE_MIN_GROUPS = 32
+WIDE_MIN_GROUPS = 16
 """The plan takes the wide kernel (64 heads per CTA) for ``N > 32`` from ``T * ceil(N / 64)`` of this
 many on: measured on the H200 (results/2026-11-30-h200/release4/README.md), it is faster from there
-(N = 64, T = 32: 75 vs 86 µs; N = 128, T = 16: 75 vs 85), as fast at N = 64, T = 16 and slower below
-(N = 128, T = 4: 58 vs 39), where its one CTA per SM leaves the grid thin."""
+(bf16 / fp8 µs: N = 64, T = 16: 52.6 / 55.7 vs 55.5 / 58.8; N = 128, T = 8: 52.3 / 55.5 vs 55.2 / 58.1)
+and slower below (N = 64, T = 8: 58.9 / 58.7 vs 39.2 / 43.6), where its one CTA per SM leaves the
+grid thin."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
