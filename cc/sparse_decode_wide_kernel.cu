@@ -28,8 +28,8 @@
 // stage's c_kv into a bf16 atom tile (one CTA barrier more).
 // Pipeline: 32 positions per stage, 3 stages of cp.async, one CTA barrier per stage.
 // Measured on the H200 (results/2026-11-30-h200/release4/README.md): N = 64, T = 128, bf16 137 µs, fp8
-// 175 µs; the same decomposition on mma.sync (ldmatrix fragments, every warp of a head tile reading
-// the same keys) took 183 and 211.
+// 176 µs; the same decomposition on mma.sync (ldmatrix fragments, every warp of a head tile reading
+// the same keys) took 183 and 211. Leaving P . V running into the next stage was slower for fp8.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output and LSE to the workspace and the last to arrive merges them (merge_splits).
 #include <cuda_bf16.h>
