@@ -24,11 +24,11 @@
 // same staged c_kv is the K-major B of the scores (rows = positions) and the MN-major B of P . V
 // (rows = the k dimension). The gather writes each slot's 16-byte pieces straight into that layout
 // (the 8 threads copying one slot hit 8 different bank groups); fp8_ds_mla slots keep their c_kv
-// bytes and scales in plain rows after their k_rope atom, and all 256 threads dequantize the
-// stage's c_kv into a bf16 atom tile (one CTA barrier more).
+// bytes and scales in plain rows after their k_rope atom, and each warpgroup dequantizes its half of
+// the stage's c_kv into a bf16 atom tile (a 128-thread barrier more: only that warpgroup reads it).
 // Pipeline: 32 positions per stage, 3 stages of cp.async, one CTA barrier per stage.
 // Measured on the H200 (results/2026-11-30-h200/release4/README.md): N = 64, T = 128, bf16 137 µs, fp8
-// 176 µs; the same decomposition on mma.sync (ldmatrix fragments, every warp of a head tile reading
+// 172 µs; the same decomposition on mma.sync (ldmatrix fragments, every warp of a head tile reading
 // the same keys) took 183 and 211. Leaving P . V running into the next stage was slower for fp8.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output and LSE to the workspace and the last to arrive merges them (merge_splits).
@@ -243,12 +243,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     gather.wait_for(chunk);  // with a proxy fence: wgmma reads what cp.async wrote
     unsigned char* stage = ring + (chunk % kStages) * layout.stage_bytes;
 
-    // 4. fp8_ds_mla: the stage's c_kv -> the bf16 atom tile, 16 values per thread and step.
+    // 4. fp8_ds_mla: each warpgroup dequantizes the half of the stage's c_kv that only it reads (its
+    //    scores' keys and its P . V values) into the bf16 atom tile, 16 values per thread and step; lane
+    //    l of a warp takes row l, so 8 consecutive lanes read and write 8 distinct bank groups.
     if constexpr (kFp8) {
-      constexpr int kPiecesPerRow = kKvLoraRank / 16;
+      constexpr int kGroupPieces = kCtaChunk * kNopePerGroup / 16;
+      const int t = tid % 128;
 #pragma unroll
-      for (int k = 0; k < kCtaChunk * kPiecesPerRow / kBlockThreads; ++k) {
-        const int i = tid + k * kBlockThreads, row = i / kPiecesPerRow, piece = i % kPiecesPerRow;
+      for (int k = 0; k < kGroupPieces / 128; ++k) {
+        const int i = t + k * 128, row = i % kCtaChunk;
+        const int piece = warpgroup * (kNopePerGroup / 16) + i / kCtaChunk;
         const unsigned char* slot = stage + kFp8RowsOffset + row * kFp8RowBytes;
         const uint4 bytes = *reinterpret_cast<const uint4*>(slot + piece * 16);
         const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup];
@@ -265,7 +269,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
             make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
       }
       fence_proxy_async();
-      __syncthreads();
+      sync_warps(1 + kHeadTiles + warpgroup, 128);  // this warpgroup's half is complete
     }
     const unsigned char* kv_atoms = kFp8 ? tile : stage;  // c_kv, atoms 0..7
     const unsigned char* rope_atom = kFp8 ? stage : stage + kKvAtoms * kStageAtomBytes;
