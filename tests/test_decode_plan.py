@@ -88,6 +88,14 @@ def test_plan_with_unlimited_capacity_is_the_plain_plan():
                 num_tokens, num_heads, H200_SMS)
 
 
+def test_wide_kernel_only_up_to_its_topk():
+    """The wide kernel keeps a split's slot ids in shared memory: above WIDE_MAX_TOPK the plan takes the
+    32-head kernel, whatever T."""
+    assert decode.plan(64, 128, H200_SMS, topk=decode.WIDE_MAX_TOPK).head_tiles == decode.WIDE_HEAD_TILES
+    launch = decode.plan(64, 128, H200_SMS, topk=2 * decode.WIDE_MAX_TOPK)
+    assert launch.head_tiles == 2 and launch.positions_per_split == 2 * decode.WIDE_MAX_TOPK
+
+
 def test_plan_drops_empty_splits_and_rounds_to_chunks():
     launch = decode.plan(1, 16, 40, topk=2048, ctas_per_sm=1)  # 5 splits asked: 2048 / 5 -> 512 per split -> 4
     assert (launch.num_splits, launch.positions_per_split) == (4, 512)

@@ -77,6 +77,11 @@ many on: measured on the H200 (results/2026-11-30-h200/release4/README.md), it i
 and slower below (N = 64, T = 8: 58.9 / 58.7 vs 39.2 / 43.6), where its one CTA per SM leaves the
 grid thin."""
 
+WIDE_MAX_TOPK = 4096
+"""The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
+memory beside ~197 KB of operands, so one split of the bf16 cache's kernel holds at most 7648
+positions (``shared_memory_bytes``); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
+
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
 ~5 µs of a wave, a CTA ~1.3 µs per 16 positions once its ring is full (per-CTA clock stamps on the
@@ -141,7 +146,7 @@ def plan(
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``, 64 (the wide kernel) for
-    ``N > 32`` from ``T * ceil(N / 64) = WIDE_MIN_GROUPS`` on, else 32. The wide kernel has one stage
+    ``N > 32`` from ``T * ceil(N / 64) = WIDE_MIN_GROUPS`` on (``topk <= WIDE_MAX_TOPK``), else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
@@ -183,7 +188,7 @@ def plan(
     if head_tiles is not None and head_tiles not in HEAD_TILES:
         raise ValueError(f"sparse_mla: argument 'head_tiles' expected one of {HEAD_TILES}, got {head_tiles}")
     if head_tiles is None:
-        head_tiles = _default_head_tiles(num_tokens, num_heads, cluster_size, cta_chunk)
+        head_tiles = _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk)
     wide = head_tiles == WIDE_HEAD_TILES
     if wide and (cluster_size not in (None, 1) or cta_chunk not in (None, WIDE_CTA_CHUNK)):
         raise ValueError(
@@ -222,13 +227,15 @@ def plan(
     )
 
 
-def _default_head_tiles(num_tokens: int, num_heads: int, cluster_size: Optional[int], cta_chunk: Optional[int]) -> int:
-    """:func:`plan`'s head tiles when not given: the wide kernel only where a caller's cluster size or
-    stage size does not rule it out."""
+def _default_head_tiles(
+    num_tokens: int, num_heads: int, topk: int, cluster_size: Optional[int], cta_chunk: Optional[int]
+) -> int:
+    """:func:`plan`'s head tiles when not given: the wide kernel only where ``topk`` and a caller's
+    cluster size or stage size do not rule it out."""
     if num_heads <= HEAD_TILE_ROWS:
         return 1
     wide_groups = max(num_tokens, 1) * -(-num_heads // (HEAD_TILE_ROWS * WIDE_HEAD_TILES))
-    wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK)
+    wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
     if num_heads > 2 * HEAD_TILE_ROWS and wide_groups >= WIDE_MIN_GROUPS and wide_fits:
         return WIDE_HEAD_TILES
     return 2
