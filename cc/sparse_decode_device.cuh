@@ -15,7 +15,7 @@
 namespace sparse_mla {
 namespace decode {
 
-constexpr int kThreads = 256;  // 8 warps per CTA (the wide kernel: more, kBlockThreads)
+constexpr int kThreads = 256;  // 8 warps per CTA (both kernels; the helpers take kBlockThreads)
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z
 constexpr float kNegInf = -INFINITY;
@@ -65,21 +65,6 @@ __device__ __forceinline__ void mma_m16n8k8(float (&d)[4], uint32_t a0, uint32_t
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* smem) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
-// Four 8x8 bf16 matrices (lane l gives the address of row l % 8 of matrix l / 8), as stored or transposed.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 __device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* row, int col, bool valid) {

@@ -279,6 +279,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     float score[kScoreTiles * 4];
 #pragma unroll
     for (int i = 0; i < kScoreTiles * 4; ++i) score[i] = 0.f;
+    keep_in_registers(score);  // the zeros are written before the fence (PTX: no accumulator access after it)
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kNopePerGroup / 16; ++ks) {
@@ -361,6 +362,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
       out_acc[nt * 4 + 2] *= alpha[1];
       out_acc[nt * 4 + 3] *= alpha[1];
     }
+    keep_in_registers(out_acc);  // rescaled before the fence
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kCtaChunk / 16; ++kk)

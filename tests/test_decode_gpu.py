@@ -137,24 +137,27 @@ def test_invalid_entries_are_skipped():
     testing.assert_attention_close(out, lse, *case.reference())
 
 
-def test_strided_queries_and_padded_cache():
-    """q_nope / q_rope as views of one [T, N, 576] tensor and a cache whose block stride is padded."""
+@pytest.mark.parametrize("head_tiles", [None, decode.WIDE_HEAD_TILES])
+def test_strided_queries_and_padded_cache(head_tiles):
+    """q_nope / q_rope as views of one [T, N, 576] tensor and a cache whose block stride is padded, on
+    the planner's kernel and on the wide one."""
     case = testing.make_attention_case(5, 24, _device(), seed=9, pattern="start", drop_fraction=0.2)
     padded = torch.randn(case.num_blocks, KV_BLOCK_SIZE + 3, 576, device=_device()).to(torch.bfloat16)
     padded[:, :KV_BLOCK_SIZE] = case.kv_cache
     view = padded[:, :KV_BLOCK_SIZE]
     assert not view.is_contiguous()
     strided = testing.AttentionCase(case.q_nope, case.q_rope, view, *case.inputs()[3:])
-    out, lse = run_decode(strided)
+    out, lse = run_decode(strided, decode.plan(5, 24, _num_sms(), head_tiles=head_tiles))
     testing.assert_attention_close(out, lse, *case.reference())
 
 
-def test_output_views_and_no_lse():
-    """``out`` may be a view with a head stride other than 512; ``lse`` may be omitted."""
+@pytest.mark.parametrize("head_tiles", [None, decode.WIDE_HEAD_TILES])
+def test_output_views_and_no_lse(head_tiles):
+    """``out`` may be a view with a head stride other than 512; ``lse`` may be omitted (either kernel)."""
     case = testing.make_attention_case(2, 16, _device(), seed=3)
     storage = torch.full((2, 16, 600), float("nan"), dtype=torch.bfloat16, device=_device())
     out = storage[..., :512]
-    run_decode(case, out=out, lse=None)
+    run_decode(case, decode.plan(2, 16, _num_sms(), head_tiles=head_tiles), out=out, lse=None)
     ref_out, _ = case.reference()
     assert testing.relative_error(out, ref_out) < testing.ATTENTION_REL_TOL
     assert torch.isnan(storage[..., 512:]).all(), "the kernel wrote past the output view"
@@ -211,9 +214,12 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads}")
 
 
-@pytest.mark.parametrize("cta_chunk", decode.CTA_CHUNKS)
-@pytest.mark.parametrize("cluster_size", decode.CLUSTER_SIZES)
-def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluster_size):
+@pytest.mark.parametrize(
+    "cta_chunk, cluster_size, head_tiles",
+    [(chunk, size, None) for chunk in decode.CTA_CHUNKS for size in decode.CLUSTER_SIZES]
+    + [(decode.WIDE_CTA_CHUNK, 1, decode.WIDE_HEAD_TILES)],
+)
+def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluster_size, head_tiles):
     """Blocks apart by a NaN-filled gap (never read), 128-groups scaled from 1e-4 to 1e3 within each slot
     and some all-zero groups (scale 0). Queries are scaled by 1e-3 so that scores stay O(1) (at 1e3 the
     bf16 rounding of dequantized values, 2^-9 relative, would move scores of ~1e3 by whole units);
@@ -226,9 +232,10 @@ def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluste
     flat[:, :512] = groups.view(-1, 512).to(torch.bfloat16)
     case.q_nope.mul_(1e-3)
     case = dataclasses.replace(case, kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(case.kv_cache), 32))
-    out, lse = run_decode(case, plan_with(3, 16, 4, cta_chunk, cluster_size))
+    out, lse = run_decode(case, plan_with(3, 16, 4, cta_chunk, cluster_size, head_tiles))
     ref_out, ref_lse = case.reference()
-    testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"fp8 padded, stage {cta_chunk}, cluster {cluster_size}")
+    testing.assert_attention_close(out, lse, ref_out, ref_lse,
+                                   what=f"fp8 padded, stage {cta_chunk}, cluster {cluster_size}, head tiles {head_tiles}")
     for g in range(4):
         cols = slice(128 * g, 128 * g + 128)
         err = testing.relative_error(out[..., cols], ref_out[..., cols])
@@ -293,6 +300,8 @@ def test_bad_arguments_raise_naming_the_argument():
         call(inputs, launch=decode.plan(3, 16, _num_sms()))
     with pytest.raises(ValueError, match="cluster_size"):
         call(inputs, launch=dataclasses.replace(launch, cluster_size=2))
+    with pytest.raises(ValueError, match="head_tiles"):  # the wide kernel has one stage size
+        call(inputs, launch=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES, cta_chunk=16, cluster_size=1))
     if launch.num_splits > 1:
         with pytest.raises(ValueError, match="workspace"):
             call(inputs, workspace=None)

@@ -6,8 +6,8 @@
 #
 # Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cu... [-- bench flags]
 #   VARIANT.cu: a copy of cc/sparse_decode_kernel.cu, or of cc/sparse_decode_wide_kernel.cu when its
-#   name starts with "wide" (keep experiments in the git-ignored .device/); the other kernel is the
-#   committed one. cc/sparse_decode_kernel.cu itself is the baseline. Each is named after its file's basename.
+#   name contains "wide" (keep experiments in the git-ignored .device/); the other kernel is the
+#   committed one. Names starting with "baseline_" are taken. cc/sparse_decode_kernel.cu itself is the baseline. Each is named after its file's basename.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons, memory and source sections; text report in $OUT).
 #   --tests: per variant, tests/test_decode_gpu.py against its library.
@@ -43,8 +43,8 @@ mkdir -p "$build"
 g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/sparse_decode_op.cc -o "$build/op.o" &
 g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/token_metadata_op.cc -o "$build/tm_op.o" &
 nvcc "${nvcc_flags[@]}" -c cc/token_metadata_kernel.cu -o "$build/tm_kernel.o" > "$build/tm_kernel.log" 2>&1 &
-nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_kernel.cu -o "$build/narrow.o" > "$out/narrow.ptxas.txt" 2>&1 &
-nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_wide_kernel.cu -o "$build/wide.o" > "$out/wide.ptxas.txt" 2>&1 &
+nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_kernel.cu -o "$build/baseline_narrow.o" > "$out/baseline_narrow.ptxas.txt" 2>&1 &
+nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_wide_kernel.cu -o "$build/baseline_wide.o" > "$out/baseline_wide.ptxas.txt" 2>&1 &
 for source in "${variants[@]}"; do
   name=$(basename "$source" .cu)
   nvcc "${nvcc_flags[@]}" -c "$source" -o "$build/$name.o" > "$out/$name.ptxas.txt" 2>&1 &
@@ -55,8 +55,8 @@ summary=$out/summary.txt
 for source in "${variants[@]}"; do
   name=$(basename "$source" .cu)
   lib=$build/lib_$name.so
-  other=$build/wide.o
-  case "$name" in wide*) other=$build/narrow.o ;; esac
+  other=$build/baseline_wide.o
+  case "$name" in *wide*) other=$build/baseline_narrow.o ;; esac
   if ! g++ -shared -o "$lib" "$build/op.o" "$build/tm_op.o" "$build/tm_kernel.o" "$build/$name.o" "$other" \
       -L"$torch_lib" -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda -L"$cuda/lib64" -lcudart; then
     echo "$name: build failed (see $out/$name.ptxas.txt)" | tee -a "$summary"

@@ -74,13 +74,15 @@ WIDE_MIN_GROUPS = 16
 """The plan takes the wide kernel (64 heads per CTA) for ``N > 32`` from ``T * ceil(N / 64)`` of this
 many on: measured on the H200 (results/2026-11-30-h200/release4/README.md), it is faster from there
 (bf16 / fp8 µs: N = 64, T = 16: 52.6 / 55.7 vs 55.5 / 58.8; N = 128, T = 8: 52.3 / 55.5 vs 55.2 / 58.1)
-and slower below (N = 64, T = 8: 58.9 / 58.7 vs 39.2 / 43.6), where its one CTA per SM leaves the
-grid thin."""
+and slower below (N = 64, T = 8: 58.9 / 58.7 vs 39.2 / 43.6). Below, its grid is still full (16 splits
+of 128 positions) but each CTA stages 72 KB of queries for those few positions, and the last CTA of a
+token merges 16 splits of 64 x 512 on its own (not profiled)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
 memory beside ~197 KB of operands, so one split of the bf16 cache's kernel holds at most 7648
-positions (``shared_memory_bytes``); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
+positions (227 KB per block on Hopper, less its 128 bytes of static shared memory); 4096 keeps a
+margin. DeepSeek-V3.2 uses 2048."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
