@@ -229,18 +229,26 @@ def plan(
     )
 
 
+def _narrow_head_tiles(num_heads: int) -> int:
+    """Head tiles of the first kernel for ``num_heads``: 1 (16 heads per CTA) up to 16 heads, else 2."""
+    return 1 if num_heads <= HEAD_TILE_ROWS else 2
+
+
+def _wide_serves(num_heads: int) -> bool:
+    """Whether the wide kernel is a candidate for ``num_heads``: above 32 (fewer would be padding)."""
+    return num_heads > 2 * HEAD_TILE_ROWS
+
+
 def _default_head_tiles(
     num_tokens: int, num_heads: int, topk: int, cluster_size: Optional[int], cta_chunk: Optional[int]
 ) -> int:
     """:func:`plan`'s head tiles when not given: the wide kernel only where ``topk`` and a caller's
     cluster size or stage size do not rule it out."""
-    if num_heads <= HEAD_TILE_ROWS:
-        return 1
     wide_groups = max(num_tokens, 1) * -(-num_heads // (HEAD_TILE_ROWS * WIDE_HEAD_TILES))
     wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
-    if num_heads > 2 * HEAD_TILE_ROWS and wide_groups >= WIDE_MIN_GROUPS and wide_fits:
+    if _wide_serves(num_heads) and wide_groups >= WIDE_MIN_GROUPS and wide_fits:
         return WIDE_HEAD_TILES
-    return 2
+    return _narrow_head_tiles(num_heads)
 
 
 @dataclasses.dataclass
@@ -278,9 +286,8 @@ class DecodeWorkspace:
         Only grids smaller than ``num_sms * ctas_per_sm`` CTAs split, so the buffers stay below
         ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200:
         the wide kernel aims at one CTA per SM)."""
-        narrow_tiles = 1 if num_heads <= HEAD_TILE_ROWS else 2
-        shapes = [dict(head_tiles=narrow_tiles, cluster_size=size) for size in CLUSTER_SIZES]
-        if num_heads > 2 * HEAD_TILE_ROWS:
+        shapes = [dict(head_tiles=_narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
+        if _wide_serves(num_heads):
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
         plans = []
         for t in range(1, max_tokens + 1):
