@@ -161,12 +161,12 @@ __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p,
 }
 
 // Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
-// 656-byte fp8_ds_mla), rows[0..kChunk) of them, into `stage` (kStagedRowBytes apart), by the CTA's
-// kBlockThreads threads: kBlockThreads / kChunk consecutive threads copy one slot, its address computed
-// once, each of them every (kBlockThreads / kChunk)-th 16-byte piece of it. Masked rows are
-// zero-filled, never read.
-template <int kChunk, bool kFp8, int kStagedRowBytes, int kBlockThreads = kThreads>
-__device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, unsigned char* stage) {
+// 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the CTA's kBlockThreads threads: kBlockThreads /
+// kChunk consecutive threads copy one slot, its address computed once, each of them every
+// (kBlockThreads / kChunk)-th 16-byte piece of it, piece `part` of slot r to `destination(r, part)`
+// in shared memory (the kernel's staging layout). Masked rows are zero-filled, never read.
+template <int kChunk, bool kFp8, int kBlockThreads = kThreads, typename Destination>
+__device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, Destination destination) {
   constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
   constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
   constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
@@ -176,11 +176,10 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
   if (row >= 0)
     src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
             static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
-  unsigned char* dst = stage + r * kStagedRowBytes;
   if (p.ablate & kAblateGather) return;
 #pragma unroll
   for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
-    cp_async_16(dst + part * 16, src + (row >= 0 ? part * 16 : 0), row >= 0);
+    cp_async_16(destination(r, part), src + (row >= 0 ? part * 16 : 0), row >= 0);
 }
 
 // The cp.async ring of kStages gathered chunks: `issue(c)` copies chunk c into stage c % kStages.

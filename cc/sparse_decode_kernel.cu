@@ -164,8 +164,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
   constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
   constexpr int kOperandStride = kFp8 ? kTileStride : kRowStride;  // bf16 per row of the c_kv operand
   auto issue_chunk = [&](int chunk) {
-    gather_chunk<kCtaChunk, kFp8, kStagedRowBytes>(p, rows + chunk * kCtaChunk,
-                                                   ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes);
+    unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
+    gather_chunk<kCtaChunk, kFp8>(p, rows + chunk * kCtaChunk,
+                                  [=](int r, int part) { return stage + r * kStagedRowBytes + part * 16; });
   };
 
   const int num_chunks = positions / kCtaChunk;

@@ -155,32 +155,16 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-// Copies the kCtaChunk slots rows[0..kCtaChunk) of the cache into `stage`: bf16 slots as 9 atoms
-// (piece j of a slot -> chunk j % 8 of atom j / 8); fp8_ds_mla slots as 528-byte rows (c_kv and
-// scales) and their k_rope as one atom. 8 consecutive threads copy one slot, each every 8th piece.
+// Where piece `part` of slot r of a stage goes: bf16 slots as 9 atoms (piece j -> chunk j % 8 of atom
+// j / 8); fp8_ds_mla slots as 528-byte rows (c_kv and scales) after their k_rope atom.
 template <bool kFp8>
-__device__ __forceinline__ void gather_atoms(const SparseDecodeParams& p, const int* rows, unsigned char* stage) {
-  constexpr int kThreadsPerSlot = kBlockThreads / kCtaChunk;
-  constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
-  constexpr int kElemBytes = kFp8 ? 1 : 2;
-  const int tid = threadIdx.x, r = tid / kThreadsPerSlot;
-  const int row = rows[r];
-  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
-  if (row >= 0)
-    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
-  if (p.ablate & kAblateGather) return;
-#pragma unroll
-  for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot) {
-    unsigned char* dst;
-    if constexpr (kFp8) {
-      constexpr int kRopePiece = kFp8RopeOffset / 16;
-      dst = part < kRopePiece ? stage + kFp8RowsOffset + r * kFp8RowBytes + part * 16
-                              : stage + atom_offset(r, (part - kRopePiece) * 8, kCtaChunk);
-    } else {
-      dst = stage + atom_offset(r, part * 8, kCtaChunk);
-    }
-    cp_async_16(dst, src + (row >= 0 ? part * 16 : 0), row >= 0);
+__device__ __forceinline__ unsigned char* staged_piece(unsigned char* stage, int r, int part) {
+  if constexpr (kFp8) {
+    constexpr int kRopePiece = kFp8RopeOffset / 16;
+    return part < kRopePiece ? stage + kFp8RowsOffset + r * kFp8RowBytes + part * 16
+                             : stage + atom_offset(r, (part - kRopePiece) * 8, kCtaChunk);
+  } else {
+    return stage + atom_offset(r, part * 8, kCtaChunk);
   }
 }
 
@@ -226,7 +210,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 
   // 3. Gather ring: chunk c's slots into stage c % kStages.
   auto issue_chunk = [&](int chunk) {
-    gather_atoms<kFp8>(p, rows + chunk * kCtaChunk, ring + (chunk % kStages) * layout.stage_bytes);
+    unsigned char* stage = ring + (chunk % kStages) * layout.stage_bytes;
+    gather_chunk<kCtaChunk, kFp8, kBlockThreads>(
+        p, rows + chunk * kCtaChunk, [=](int r, int part) { return staged_piece<kFp8>(stage, r, part); });
   };
   const int num_chunks = positions / kCtaChunk;
   GatherRing<kStages, decltype(issue_chunk), true> gather{issue_chunk, num_chunks};
