@@ -67,6 +67,19 @@ SUBNORMAL_ROUNDER_BITS = tl.constexpr((127 + 14) << 23)
 
 
 @triton.jit
+def _token_row(
+    slot_mapping_ptr, slot_mapping_stride, kv_cache_ptr, kv_cache_stride_b, kv_cache_stride_r, num_slots,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """This program's token, whether its slot is in the cache (-1 and slots past ``num_slots`` are
+    skipped) and the pointer to that slot's row (only dereferenced when it is)."""
+    token = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_mapping_ptr + token * slot_mapping_stride).to(tl.int64)
+    row = kv_cache_ptr + (slot // BLOCK_SIZE) * kv_cache_stride_b + (slot % BLOCK_SIZE) * kv_cache_stride_r
+    return token, (slot >= 0) & (slot < num_slots), row
+
+
+@triton.jit
 def _write_kv_kernel(
     kv_c_ptr,  # [T, 512] bf16
     kv_c_stride_t,
@@ -85,10 +98,10 @@ def _write_kv_kernel(
     ROPE_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    token = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_mapping_ptr + token * slot_mapping_stride).to(tl.int64)
-    if (slot >= 0) & (slot < num_slots):
-        row = kv_cache_ptr + (slot // BLOCK_SIZE) * kv_cache_stride_b + (slot % BLOCK_SIZE) * kv_cache_stride_r
+    token, in_cache, row = _token_row(
+        slot_mapping_ptr, slot_mapping_stride, kv_cache_ptr, kv_cache_stride_b, kv_cache_stride_r, num_slots, BLOCK_SIZE
+    )
+    if in_cache:
         c_cols = tl.arange(0, LORA_RANK)
         c_kv = tl.load(kv_c_ptr + token * kv_c_stride_t + c_cols * kv_c_stride_d)
         tl.store(row + c_cols * kv_cache_stride_d, c_kv)
@@ -137,10 +150,10 @@ def _write_kv_fp8_ds_mla_kernel(
     ROPE_OFFSET: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    token = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_mapping_ptr + token * slot_mapping_stride).to(tl.int64)
-    if (slot >= 0) & (slot < num_slots):
-        row = kv_cache_ptr + (slot // BLOCK_SIZE) * kv_cache_stride_b + (slot % BLOCK_SIZE) * kv_cache_stride_r
+    token, in_cache, row = _token_row(
+        slot_mapping_ptr, slot_mapping_stride, kv_cache_ptr, kv_cache_stride_b, kv_cache_stride_r, num_slots, BLOCK_SIZE
+    )
+    if in_cache:
         groups = tl.arange(0, NUM_GROUPS)
         cols = groups[:, None] * GROUP_SIZE + tl.arange(0, GROUP_SIZE)[None, :]  # [4, 128] c_kv columns = byte offsets
         c_kv = tl.load(kv_c_ptr + token * kv_c_stride_t + cols * kv_c_stride_d).to(tl.float32)
