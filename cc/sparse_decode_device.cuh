@@ -127,14 +127,15 @@ struct CtaWork {
 };
 
 // Positions [begin, begin + count) of `token`'s top-k row -> global slot rows (rows[i], -1 = masked),
-// by all kBlockThreads threads of the CTA, kUnroll independent loads in flight. Position p of request
+// by the kBlockThreads threads running it (the CTA's, or one warpgroup's: consecutive threads), kUnroll
+// independent loads in flight. Position p of request
 // req_id[t] lives in block block_table[req, p / 64], slot p % 64; -1, p >= token_kv_len[t], p past the
 // block table and block ids outside [0, num_blocks) are masked.
 template <int kBlockThreads = kThreads>
 __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p, int token, int begin, int count,
                                                     int* rows) {
   constexpr int kUnroll = 4;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x % kBlockThreads;
   const int kv_len = p.token_kv_len[token];
   const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
   const int32_t* block_row = p.block_table + static_cast<int64_t>(p.req_id[token]) * p.block_table_stride;
@@ -161,7 +162,8 @@ __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p,
 }
 
 // Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
-// 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the CTA's kBlockThreads threads: kBlockThreads /
+// 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the kBlockThreads threads running it (the CTA's, or
+// one warpgroup's: consecutive threads): kBlockThreads /
 // kChunk consecutive threads copy one slot, its address computed once, each of them every
 // (kBlockThreads / kChunk)-th 16-byte piece of it, piece `part` of slot r to `destination(r, part)`
 // in shared memory (the kernel's staging layout). Masked rows are zero-filled, never read.
@@ -170,7 +172,7 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
   constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
   constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
   constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
-  const int tid = threadIdx.x, r = tid / kThreadsPerSlot;
+  const int tid = threadIdx.x % kBlockThreads, r = tid / kThreadsPerSlot;
   const int row = rows[r];
   const auto* src = static_cast<const unsigned char*>(p.kv_cache);  // masked rows: a valid address, nothing read
   if (row >= 0)
@@ -207,20 +209,33 @@ struct GatherRing {
   }
 };
 
+// Barrier `id` (0..15) of the `threads` threads (whole warps) that use it; id 0 with every thread of
+// the CTA is __syncthreads().
+__device__ __forceinline__ void sync_named(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Arrives at barrier `id` for `threads` threads without waiting (the producer side of sync_named).
+__device__ __forceinline__ void arrive_named(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Split-KV bookkeeping of one CTA after it stored its partial output and LSE (the workspace layout of
 // SparseDecodeParams): bumps the arrival counter of its (token, head group, rank) and tells whether it
 // arrived last, in which case it has reset the counter (so a later launch or CUDA-graph replay finds it
-// zero) and may read every split's partials. Called by all threads of the CTA.
-__device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_t group_index, int rank) {
+// zero) and may read every split's partials. Called by the kThreads threads 0..kThreads - 1 (all of
+// the CTA's, or a warp-specialized CTA's consumers), which meet at barrier `barrier`.
+__device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_t group_index, int rank,
+                                             int barrier = 0) {
   __shared__ int last;
-  __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
+  sync_named(barrier, kThreads);  // every thread's partial stores precede thread 0's fence (cumulativity)
   if (threadIdx.x == 0) {
     __threadfence();  // release: this CTA's partials are visible before its arrival counts
     int32_t* counter = p.counters + group_index * kClusterSize + rank;
     last = atomicAdd(counter, 1) == p.num_splits - 1;
     if (last) *counter = 0;  // every split has arrived: ready for the next launch
   }
-  __syncthreads();
+  sync_named(barrier, kThreads);
   if (!last) return false;
   __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
   return true;

@@ -9,8 +9,13 @@
 //
 // Work decomposition
 // ------------------
-// 2 warpgroups; warpgroup g owns c_kv columns [256 g, 256 g + 256) and k_rope columns [32 g, 32 g + 32),
-// and its warp w (of 4) the 16 heads [16 w, 16 w + 16), the rows of its wgmma accumulators:
+// 3 warpgroups, specialized (setmaxnreg moves registers from the producer to the consumers):
+//   - the producer (warpgroup 2) translates the split's positions to slots, gathers each 32-position
+//     stage with cp.async and, for fp8_ds_mla, dequantizes it to bf16, then announces the stage on a
+//     named barrier; the consumers release it on another once they have read it;
+//   - consumer g (0, 1) owns c_kv columns [256 g, 256 g + 256) and k_rope columns [32 g, 32 g + 32),
+//     and its warp w (of 4) the 16 heads [16 w, 16 w + 16), the rows of its wgmma accumulators.
+// Per stage, each consumer computes:
 //   - scores: the warpgroup's partial q[:, cols] . k[:, cols] for all 64 heads and the stage's 32
 //     positions, on wgmma m64n32k16 with both operands in shared memory (queries staged once);
 //   - the two warps holding the same heads (w and w + 4) add their partials through shared memory (a
@@ -22,14 +27,15 @@
 // Operands live in shared memory as "atoms" of 64 columns: [rows / 8][8 rows][128 bytes], the
 // 16-byte chunks of row r XOR-swizzled by r % 8 (wgmma's 128-byte swizzle, 1024-byte aligned). The
 // same staged c_kv is the K-major B of the scores (rows = positions) and the MN-major B of P . V
-// (rows = the k dimension). The gather writes each slot's 16-byte pieces straight into that layout
-// (the 8 threads copying one slot hit 8 different bank groups); fp8_ds_mla slots keep their c_kv
-// bytes and scales in plain rows after their k_rope atom, and each warpgroup dequantizes its half of
-// the stage's c_kv into a bf16 atom tile (a 128-thread barrier more: only that warpgroup reads it).
-// Pipeline: 32 positions per stage, 3 stages of cp.async, one CTA barrier per stage.
-// Measured on the H200 (results/2026-11-30-h200/release4/README.md): N = 64, T = 128, bf16 137 µs, fp8
-// 172 µs; the same decomposition on mma.sync (ldmatrix fragments, every warp of a head tile reading
-// the same keys) took 183 and 211. Leaving P . V running into the next stage was slower for fp8.
+// (rows = the k dimension).
+// Pipeline: bf16 slots are gathered straight into that layout (the 4 threads copying one slot hit
+// distinct bank groups), 3 operand stages, two in flight. fp8_ds_mla slots land as stored in a ring of
+// 4 half-stages (three in flight); the producer dequantizes each half into one of 2 operand stages
+// while the consumers compute on the other, so the conversion is off the consumers' path.
+// Measured on the H200, N = 64, T = 128 (results/2026-11-30-h200/release5/README.md): bf16 139 µs,
+// fp8 152 µs. Before the producer (all 8 warps gathering, dequantizing behind a barrier, then
+// computing): 141 and 173; the same decomposition on mma.sync took 183 and 211
+// (results/2026-11-30-h200/release4/README.md).
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output and LSE to the workspace and the last to arrive merges them (merge_splits).
 #include <cuda_bf16.h>
@@ -43,26 +49,43 @@ namespace wide {
 namespace {
 
 constexpr int kHeads = kHeadTileRows * kHeadTiles;      // 64 heads per CTA: the wgmma M
-constexpr int kWarpgroups = 2;                          // each its half of the columns
-constexpr int kBlockThreads = 128 * kWarpgroups;
+constexpr int kWarpgroups = 2;                          // consumers, each its half of the columns
+constexpr int kConsumerThreads = 128 * kWarpgroups;
+constexpr int kProducerThreads = 128;                   // one more warpgroup: gathers (and dequantizes)
+constexpr int kBlockThreads = kConsumerThreads + kProducerThreads;
+constexpr int kProducerRegisters = 56;                  // setmaxnreg: the producer gives registers away ...
+constexpr int kConsumerRegisters = 224;                 // ... to the consumers' 128 accumulators a lane
+static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536,
+              "the register file of one SM");
 constexpr int kNopePerGroup = kKvLoraRank / kWarpgroups;  // 256 c_kv columns
 constexpr int kRopePerGroup = kRopeDim / kWarpgroups;     // 32 k_rope columns
-constexpr int kStages = 3;                              // gathered chunks held (two in flight)
 constexpr int kAtomCols = 64;                           // bf16 columns of one 128-byte swizzled row
 constexpr int kAtomAlign = 1024;                        // the swizzle pattern repeats every 8 rows
 constexpr int kSlotAtoms = kSlotElems / kAtomCols;      // 9: c_kv (8) and k_rope (1)
 constexpr int kKvAtoms = kKvLoraRank / kAtomCols;       // 8
 constexpr int kStageAtomBytes = kCtaChunk * 128;        // one atom of the stage's 32 rows
+constexpr int kStageBytes = kSlotAtoms * kStageAtomBytes;  // a bf16 operand stage: 36 KB
 constexpr int kQAtomBytes = kHeads * 128;               // one atom of the 64 query rows
-constexpr int kFp8RowBytes = kFp8RopeOffset;            // staged fp8_ds_mla row without k_rope: 528 B
-constexpr int kFp8RowsOffset = kStageAtomBytes;         // fp8 stage: the k_rope atom, then the rows
-constexpr int kFp8StageBytes = kFp8RowsOffset + kCtaChunk * kFp8RowBytes;
+// Operand stages: bf16 slots are gathered straight into them (3: two chunks in flight while one is
+// consumed); fp8_ds_mla slots land as stored in a ring of half-chunk stages (kRawStages of kRawRows
+// slots: three half-chunks in flight while one is dequantized), and the producer dequantizes each
+// into one of 2 operand stages (one being filled while the consumers read the other).
+template <bool kFp8>
+constexpr int kOperandStages = kFp8 ? 2 : 3;
+constexpr int kRawRows = kCtaChunk / 2;
+constexpr int kRawStages = 4;
+constexpr int kRawStageBytes = kRawRows * kFp8SlotBytes;
 constexpr int kScoreTiles = kCtaChunk / 8;              // n-tiles of 8 positions per stage
 constexpr int kOutTiles = kNopePerGroup / 8;            // n-tiles of 8 output columns per warpgroup
 constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores, as its lanes hold them
 static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 
-constexpr int round_up(int x, int to) { return (x + to - 1) / to * to; }
+// Named barriers (0: unused, __syncthreads would need the producer too).
+constexpr int kExchangeBarrier = 1;   // + head tile: the two warps holding the same heads (64 threads)
+constexpr int kFullBarrier = 5;       // + operand stage: the stage is filled (producer arrives, consumers wait)
+constexpr int kEmptyBarrier = 8;      // + operand stage: the stage is consumed (consumers arrive, producer waits)
+constexpr int kConsumerBarrier = 11;  // the consumers' 256 threads
+constexpr int kProducerBarrier = 12;  // the producer's 128 threads
 
 // Byte offset of bf16 column `col` (a multiple of 8) of row `row` in an operand of `rows` rows stored
 // as atoms of 64 columns.
@@ -73,22 +96,16 @@ __host__ __device__ constexpr int atom_offset(int row, int col, int rows) {
 
 // Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
 struct SharedLayout {
-  int q, ring, stage_bytes, tile, exchange, rows, total;
+  int q, operand, raw, exchange, rows, total;
   __host__ __device__ SharedLayout(bool fp8, int positions_per_split) {
     q = 0;                                                              // kSlotAtoms atoms of 64 query rows
-    ring = q + kSlotAtoms * kQAtomBytes;                                // kStages stages
-    stage_bytes = round_up(fp8 ? kFp8StageBytes : kSlotAtoms * kStageAtomBytes, kAtomAlign);
-    tile = ring + kStages * stage_bytes;                                // fp8: kKvAtoms atoms of the stage's c_kv
-    exchange = tile + (fp8 ? kKvAtoms * kStageAtomBytes : 0);           // [8 warps][kExchangeFloats] fp32
+    operand = q + kSlotAtoms * kQAtomBytes;                             // operand stages (1024-aligned)
+    raw = operand + (fp8 ? kOperandStages<true> : kOperandStages<false>) * kStageBytes;  // fp8: raw ring
+    exchange = raw + (fp8 ? kRawStages * kRawStageBytes : 0);           // [8 warps][kExchangeFloats] fp32
     rows = exchange + 8 * kExchangeFloats * 4;                          // [positions_per_split] int32
     total = rows + positions_per_split * 4 + kAtomAlign;                // + alignment slack
   }
 };
-
-// Barrier `id` (1..15) of the `threads` threads (whole warps) that use it.
-__device__ __forceinline__ void sync_warps(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Shared-memory matrix descriptor of wgmma: 128-byte swizzle, byte offsets `leading` and `stride`.
 __device__ __forceinline__ uint64_t smem_descriptor(const void* smem, int leading, int stride) {
@@ -155,28 +172,114 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-// Where piece `part` of slot r of a stage goes: bf16 slots as 9 atoms (piece j -> chunk j % 8 of atom
-// j / 8); fp8_ds_mla slots as 528-byte rows (c_kv and scales) after their k_rope atom.
-template <bool kFp8>
-__device__ __forceinline__ unsigned char* staged_piece(unsigned char* stage, int r, int part) {
-  if constexpr (kFp8) {
-    constexpr int kRopePiece = kFp8RopeOffset / 16;
-    return part < kRopePiece ? stage + kFp8RowsOffset + r * kFp8RowBytes + part * 16
-                             : stage + atom_offset(r, (part - kRopePiece) * 8, kCtaChunk);
-  } else {
-    return stage + atom_offset(r, part * 8, kCtaChunk);
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// The producer on the bf16 cache: each chunk's slots straight into operand stage c % 3 (bf16 slots as
+// 9 atoms: 16-byte piece j -> chunk j % 8 of atom j / 8), two chunks in flight; a stage is refilled once
+// the consumers have released it.
+__device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const int* rows, unsigned char* operand,
+                                             int num_chunks) {
+  constexpr int kStages = kOperandStages<false>;
+  auto issue = [&](int chunk) {
+    unsigned char* stage = operand + (chunk % kStages) * kStageBytes;
+    gather_chunk<kCtaChunk, false, kProducerThreads>(
+        p, rows + chunk * kCtaChunk, [=](int r, int part) { return stage + atom_offset(r, part * 8, kCtaChunk); });
+  };
+#pragma unroll
+  for (int chunk = 0; chunk < kStages - 1; ++chunk) {
+    if (chunk < num_chunks) issue(chunk);
+    cp_async_commit();
+  }
+  for (int chunk = 0; chunk < num_chunks; ++chunk) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of the chunk have landed
+    fence_proxy_async();           // ... for wgmma too
+    arrive_named(kFullBarrier + chunk % kStages, kBlockThreads);
+    const int next = chunk + kStages - 1;
+    if (next < num_chunks) {
+      if (next >= kStages) sync_named(kEmptyBarrier + next % kStages, kBlockThreads);  // chunk next - 3 consumed
+      issue(next);
+    }
+    cp_async_commit();
+  }
+}
+
+// The producer on the fp8_ds_mla cache: slots land as stored in the ring of kRawStages half-chunks
+// (three in flight), and each half-chunk is dequantized into its 16 rows of operand stage c % 2 (c_kv
+// as bf16 atoms, k_rope copied into its atom); the stage is announced when both halves are in.
+__device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const int* rows, unsigned char* operand,
+                                            unsigned char* raw, int num_chunks) {
+  constexpr int kStages = kOperandStages<true>;
+  constexpr int kPiecesPerThread = kRawRows * (kKvLoraRank / 16) / kProducerThreads;  // 4 of 16 c_kv values
+  const int t = threadIdx.x % kProducerThreads;
+  const int num_halves = 2 * num_chunks;
+  auto issue = [&](int half) {
+    unsigned char* slots = raw + (half % kRawStages) * kRawStageBytes;
+    gather_chunk<kRawRows, true, kProducerThreads>(
+        p, rows + half * kRawRows, [=](int r, int part) { return slots + r * kFp8SlotBytes + part * 16; });
+  };
+#pragma unroll
+  for (int half = 0; half < kRawStages - 1; ++half) {
+    if (half < num_halves) issue(half);
+    cp_async_commit();
+  }
+  for (int half = 0; half < num_halves; ++half) {
+    cp_async_wait<kRawStages - 2>();
+    sync_named(kProducerBarrier, kProducerThreads);  // the half has landed for all; all are done with the last
+    if (half + kRawStages - 1 < num_halves) issue(half + kRawStages - 1);  // into the last one's stage
+    cp_async_commit();
+    const int chunk = half / 2, first_row = (half % 2) * kRawRows;
+    if (half % 2 == 0 && chunk >= kStages) sync_named(kEmptyBarrier + chunk % kStages, kBlockThreads);
+    const unsigned char* slots = raw + (half % kRawStages) * kRawStageBytes;
+    unsigned char* stage = operand + (chunk % kStages) * kStageBytes;
+    // c_kv: lane l takes row l % 16 (656-byte rows: 8 consecutive lanes read 8 distinct bank groups,
+    // and the swizzle spreads their writes alike).
+#pragma unroll
+    for (int k = 0; k < kPiecesPerThread; ++k) {
+      const int i = t + k * kProducerThreads, row = i % kRawRows, piece = i / kRawRows;
+      const unsigned char* slot = slots + row * kFp8SlotBytes;
+      const uint4 bytes = *reinterpret_cast<const uint4*>(slot + piece * 16);
+      const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup];
+      const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+      uint32_t pairs[8];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        pairs[2 * w] = dequantize_pair(static_cast<uint16_t>(words[w] & 0xffffu), scale);
+        pairs[2 * w + 1] = dequantize_pair(static_cast<uint16_t>(words[w] >> 16), scale);
+      }
+      *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16, kCtaChunk)) =
+          make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+      *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16 + 8, kCtaChunk)) =
+          make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+    }
+    {  // k_rope: one 16-byte piece (8 values) per thread into the rope atom
+      const int row = t % kRawRows, part = t / kRawRows;
+      *reinterpret_cast<uint4*>(stage + kKvAtoms * kStageAtomBytes + atom_offset(first_row + row, part * 8, kCtaChunk)) =
+          *reinterpret_cast<const uint4*>(slots + row * kFp8SlotBytes + kFp8RopeOffset + part * 16);
+    }
+    if (half % 2 == 1) {
+      fence_proxy_async();  // this thread's writes, for wgmma
+      arrive_named(kFullBarrier + chunk % kStages, kBlockThreads);
+    }
   }
 }
 
 template <bool kFp8>
 __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(const SparseDecodeParams p) {
+  constexpr int kStages = kOperandStages<kFp8>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const SharedLayout layout(kFp8, p.positions_per_split);
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((kAtomAlign - raw_addr % kAtomAlign) % kAtomAlign);
   unsigned char* q = smem + layout.q;
-  unsigned char* ring = smem + layout.ring;
-  unsigned char* tile = smem + layout.tile;
+  unsigned char* operand = smem + layout.operand;
   auto* exchange = reinterpret_cast<float*>(smem + layout.exchange);
   auto* rows = reinterpret_cast<int*>(smem + layout.rows);  // [positions_per_split] global slot, -1 = masked
 
@@ -187,14 +290,28 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   const int group = lane >> 2, quad = lane & 3;  // accumulator fragment coordinates
   const int warpgroup = warp / 4, head_tile = warp % 4;
   const int positions = p.positions_per_split;
+  const int num_chunks = positions / kCtaChunk;
+
+  // The producer: this split's positions -> global slot rows (masked entries -1), then the stages.
+  if (warpgroup == kWarpgroups) {
+    setmaxnreg_dec<kProducerRegisters>();
+    translate_positions<kProducerThreads>(p, token, split * positions, positions, rows);
+    sync_named(kProducerBarrier, kProducerThreads);  // rows[] complete (the consumers see them behind kFullBarrier)
+    if constexpr (kFp8)
+      produce_fp8(p, rows, operand, smem + layout.raw, num_chunks);
+    else
+      produce_bf16(p, rows, operand, num_chunks);
+    return;
+  }
+  setmaxnreg_inc<kConsumerRegisters>();
 
   // 1. The 64 heads' queries -> shared memory as atoms (heads past N: zeros), with 4-byte copies (any
-  //    even stride); committed with the first stage.
+  //    even stride).
   {
     constexpr int kPairsPerHead = kSlotElems / 2;
     const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
     const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
-    for (int i = tid; i < kHeads * kPairsPerHead; i += kBlockThreads) {
+    for (int i = tid; i < kHeads * kPairsPerHead; i += kConsumerThreads) {
       const int h = i / kPairsPerHead, col = 2 * (i % kPairsPerHead);
       const bool valid = head_base + h < p.num_heads;
       const int head = valid ? head_base + h : 0;
@@ -202,21 +319,11 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
                                                    : q_rope + head * p.q_rope_head_stride + col - kKvLoraRank;
       cp_async_4(q + atom_offset(h, col & ~7, kHeads) + (col & 7) * 2, src, valid);
     }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    sync_named(kConsumerBarrier, kConsumerThreads);
   }
-
-  // 2. This split's positions -> global slot rows (masked entries -1).
-  translate_positions<kBlockThreads>(p, token, split * positions, positions, rows);
-  __syncthreads();  // rows[] complete
-
-  // 3. Gather ring: chunk c's slots into stage c % kStages.
-  auto issue_chunk = [&](int chunk) {
-    unsigned char* stage = ring + (chunk % kStages) * layout.stage_bytes;
-    gather_chunk<kCtaChunk, kFp8, kBlockThreads>(
-        p, rows + chunk * kCtaChunk, [=](int r, int part) { return staged_piece<kFp8>(stage, r, part); });
-  };
-  const int num_chunks = positions / kCtaChunk;
-  GatherRing<kStages, decltype(issue_chunk), true> gather{issue_chunk, num_chunks};
-  gather.start();
 
   float out_acc[kOutTiles * 4];
 #pragma unroll
@@ -226,41 +333,12 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
-    gather.wait_for(chunk);  // with a proxy fence: wgmma reads what cp.async wrote
-    unsigned char* stage = ring + (chunk % kStages) * layout.stage_bytes;
+    const int s = chunk % kStages;
+    sync_named(kFullBarrier + s, kBlockThreads);  // the producer has filled stage s
+    const unsigned char* kv_atoms = operand + s * kStageBytes;  // c_kv, atoms 0..7
+    const unsigned char* rope_atom = kv_atoms + kKvAtoms * kStageAtomBytes;
 
-    // 4. fp8_ds_mla: each warpgroup dequantizes the half of the stage's c_kv that only it reads (its
-    //    scores' keys and its P . V values) into the bf16 atom tile, 16 values per thread and step; lane
-    //    l of a warp takes row l, so 8 consecutive lanes read and write 8 distinct bank groups.
-    if constexpr (kFp8) {
-      constexpr int kGroupPieces = kCtaChunk * kNopePerGroup / 16;
-      const int t = tid % 128;
-#pragma unroll
-      for (int k = 0; k < kGroupPieces / 128; ++k) {
-        const int i = t + k * 128, row = i % kCtaChunk;
-        const int piece = warpgroup * (kNopePerGroup / 16) + i / kCtaChunk;
-        const unsigned char* slot = stage + kFp8RowsOffset + row * kFp8RowBytes;
-        const uint4 bytes = *reinterpret_cast<const uint4*>(slot + piece * 16);
-        const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup];
-        const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-        uint32_t pairs[8];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          pairs[2 * w] = dequantize_pair(static_cast<uint16_t>(words[w] & 0xffffu), scale);
-          pairs[2 * w + 1] = dequantize_pair(static_cast<uint16_t>(words[w] >> 16), scale);
-        }
-        *reinterpret_cast<uint4*>(tile + atom_offset(row, piece * 16, kCtaChunk)) =
-            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        *reinterpret_cast<uint4*>(tile + atom_offset(row, piece * 16 + 8, kCtaChunk)) =
-            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
-      }
-      fence_proxy_async();
-      sync_warps(1 + kHeadTiles + warpgroup, 128);  // this warpgroup's half is complete
-    }
-    const unsigned char* kv_atoms = kFp8 ? tile : stage;  // c_kv, atoms 0..7
-    const unsigned char* rope_atom = kFp8 ? stage : stage + kKvAtoms * kStageAtomBytes;
-
-    // 5. This warpgroup's partial scores over its 256 + 32 columns, all 64 heads (K-major operands;
+    // 2. This warpgroup's partial scores over its 256 + 32 columns, all 64 heads (K-major operands;
     //    a k-step of 16 columns is 32 bytes into an atom's rows).
     float score[kScoreTiles * 4];
 #pragma unroll
@@ -284,12 +362,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     wgmma_wait_all();
     keep_in_registers(score);
 
-    // 6. The two warps holding these heads add their partials, in warpgroup order in both.
+    // 3. The two warps holding these heads add their partials, in warpgroup order in both. (A warp
+    //    rewrites its partials only after the next kFullBarrier, which its partner reaches after
+    //    reading these.)
     {
       float* tile_partials = exchange + head_tile * kWarpgroups * kExchangeFloats;
 #pragma unroll
       for (int i = 0; i < kScoreTiles * 4; ++i) tile_partials[warpgroup * kExchangeFloats + i * 32 + lane] = score[i];
-      sync_warps(1 + head_tile, 32 * kWarpgroups);
+      sync_named(kExchangeBarrier + head_tile, 32 * kWarpgroups);
 #pragma unroll
       for (int i = 0; i < kScoreTiles * 4; ++i) {
         float total = 0.f;
@@ -300,7 +380,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
       }
     }
 
-    // 7. Online softmax in registers: lane (group, quad) holds rows group / group + 8 at positions
+    // 4. Online softmax in registers: lane (group, quad) holds rows group / group + 8 at positions
     //    8 nt + 2 quad + {0, 1}; masked positions score -inf.
     const int* chunk_rows = rows + chunk * kCtaChunk;
     float chunk_max[2] = {kNegInf, kNegInf};
@@ -339,7 +419,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + sum[r];
 
-    // 8. out[:, cols] = alpha * out + P . c_kv[:, cols] (MN-major B: N-atoms 4096 bytes apart, k
+    // 5. out[:, cols] = alpha * out + P . c_kv[:, cols] (MN-major B: N-atoms 4096 bytes apart, k
     //    groups of 8 positions 1024 apart).
 #pragma unroll
     for (int nt = 0; nt < kOutTiles; ++nt) {
@@ -359,10 +439,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     wgmma_commit();
     wgmma_wait_all();
     keep_in_registers(out_acc);
+    if (chunk + kStages < num_chunks) arrive_named(kEmptyBarrier + s, kBlockThreads);  // the producer may refill it
   }
-  cp_async_wait<0>();
 
-  // 9. Normalize; write the output (one split) or this split's partial (several; the last CTA merges).
+  // 6. Normalize; write the output (one split) or this split's partial (several; the last CTA merges).
   float inv[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -399,8 +479,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
              make_float2(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]));
     if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);
   }
-  if (!arrived_last(p, group_index, 0) || (p.ablate & kAblateMerge)) return;
-  merge_splits<kHeads, kKvLoraRank, kBlockThreads>(p, token, head_base, group_index, 0);
+  if (!arrived_last(p, group_index, 0, kConsumerBarrier) || (p.ablate & kAblateMerge)) return;
+  merge_splits<kHeads, kKvLoraRank, kConsumerThreads>(p, token, head_base, group_index, 0);
 }
 
 template <bool kFp8>

@@ -52,7 +52,7 @@ HEAD_TILES = (1, 2, 4)
 
 WIDE_HEAD_TILES = 4
 """The wide kernel's head tiles (``wide::kHeadTiles``): 64 heads per CTA, 32-position stages
-(``WIDE_CTA_CHUNK``), one CTA per split, one CTA per SM (its 128 accumulators a lane)."""
+(``WIDE_CTA_CHUNK``), one CTA per split, one CTA per SM (its consumers' 128 accumulators a lane)."""
 
 WIDE_CTA_CHUNK = 32
 
@@ -80,9 +80,9 @@ token merges 16 splits of 64 x 512 on its own (not profiled)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
-memory beside ~197 KB of operands, so one split of the bf16 cache's kernel holds at most 7648
-positions (227 KB per block on Hopper, less its 128 bytes of static shared memory); 4096 keeps a
-margin. DeepSeek-V3.2 uses 2048."""
+memory beside ~197 KB (bf16 cache) or ~202 KB (fp8_ds_mla: operand stages and the raw ring) of
+buffers, so one split holds at most 7648 or 6368 positions (227 KB per block on Hopper, less its 128
+bytes of static shared memory); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
@@ -94,7 +94,8 @@ H200, N = 16, T = 1 and 16: results/2026-11-30-h200/release2/decode_kernel_itera
 class DecodePlan:
     """Launch configuration of one call; depends only on :func:`plan`'s arguments.
 
-    Grid: ``cluster_size x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads.
+    Grid: ``cluster_size x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads
+    (384 on the wide kernel: a producer warpgroup beside its two consumers).
     """
 
     num_tokens: int
