@@ -77,7 +77,7 @@ constexpr int kRawStages = 4;
 constexpr int kRawStageBytes = kRawRows * kFp8SlotBytes;
 constexpr int kScoreTiles = kCtaChunk / 8;              // n-tiles of 8 positions per stage
 constexpr int kOutTiles = kNopePerGroup / 8;            // n-tiles of 8 output columns per warpgroup
-constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores, as its lanes hold them
+constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores (16 a lane)
 static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 
 // Named barriers (0: unused, __syncthreads would need the producer too).
@@ -362,21 +362,22 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     wgmma_wait_all();
     keep_in_registers(score);
 
-    // 3. The two warps holding these heads add their partials, in warpgroup order in both. (A warp
-    //    rewrites its partials only after the next kFullBarrier, which its partner reaches after
-    //    reading these.)
+    // 3. The two warps holding these heads add their partials (a warp rewrites its partials only
+    //    after the next kFullBarrier, which its partner reaches after reading these).
     {
-      float* tile_partials = exchange + head_tile * kWarpgroups * kExchangeFloats;
+      auto* tile_partials = reinterpret_cast<float4*>(exchange + head_tile * kWarpgroups * kExchangeFloats);
 #pragma unroll
-      for (int i = 0; i < kScoreTiles * 4; ++i) tile_partials[warpgroup * kExchangeFloats + i * 32 + lane] = score[i];
+      for (int v = 0; v < kScoreTiles; ++v)  // lane-major float4s: 4 conflict-free 16-byte stores
+        tile_partials[(warpgroup * kScoreTiles + v) * 32 + lane] =
+            make_float4(score[4 * v], score[4 * v + 1], score[4 * v + 2], score[4 * v + 3]);
       sync_named(kExchangeBarrier + head_tile, 32 * kWarpgroups);
 #pragma unroll
-      for (int i = 0; i < kScoreTiles * 4; ++i) {
-        float total = 0.f;
-#pragma unroll
-        for (int g = 0; g < kWarpgroups; ++g)
-          total += g == warpgroup ? score[i] : tile_partials[g * kExchangeFloats + i * 32 + lane];
-        score[i] = total;
+      for (int v = 0; v < kScoreTiles; ++v) {  // (a + b = b + a: both warps hold the same sums)
+        const float4 other = tile_partials[((1 - warpgroup) * kScoreTiles + v) * 32 + lane];
+        score[4 * v] += other.x;
+        score[4 * v + 1] += other.y;
+        score[4 * v + 2] += other.z;
+        score[4 * v + 3] += other.w;
       }
     }
 
@@ -421,12 +422,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 
     // 5. out[:, cols] = alpha * out + P . c_kv[:, cols] (MN-major B: N-atoms 4096 bytes apart, k
     //    groups of 8 positions 1024 apart).
+    // The rescale is skipped while no row of the warp has a new maximum (alpha = 1 exactly): 128
+    // multiplications a lane, the longest serial step of the softmax once the maxima settle.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int nt = 0; nt < kOutTiles; ++nt) {
-      out_acc[nt * 4] *= alpha[0];
-      out_acc[nt * 4 + 1] *= alpha[0];
-      out_acc[nt * 4 + 2] *= alpha[1];
-      out_acc[nt * 4 + 3] *= alpha[1];
+      for (int nt = 0; nt < kOutTiles; ++nt) {
+        out_acc[nt * 4] *= alpha[0];
+        out_acc[nt * 4 + 1] *= alpha[0];
+        out_acc[nt * 4 + 2] *= alpha[1];
+        out_acc[nt * 4 + 3] *= alpha[1];
+      }
     }
     keep_in_registers(out_acc);  // rescaled before the fence
     wgmma_fence();

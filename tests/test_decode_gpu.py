@@ -97,6 +97,19 @@ def test_wide_kernel_matches_reference(num_heads, num_splits, cache_format):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
 
+@pytest.mark.parametrize("cache_format", ["bf16", "fp8_ds_mla"])
+def test_wide_kernel_largest_split(cache_format):
+    """One split of WIDE_MAX_TOPK positions: the most shared memory the planner gives the wide kernel
+    (its slot ids beside the operand stages and, for fp8_ds_mla, the raw ring); the positions past
+    top-k are masked."""
+    case = testing.make_attention_case(2, 64, _device(), 71, "scattered", drop_fraction=0.1)
+    if cache_format == "fp8_ds_mla":
+        case = _fp8_case(case)
+    launch = decode.DecodePlan(2, 64, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, decode.WIDE_MAX_TOPK, 1)
+    out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
+
+
 @pytest.mark.parametrize("num_heads, cache_format", [(1, "bf16"), (128, "fp8_ds_mla")])
 def test_more_token_groups_than_a_grid_holds(num_heads, cache_format):
     """T * head_groups above the 65535 CTAs of a grid's z dimension: the op launches the rest of the tokens

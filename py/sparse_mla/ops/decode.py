@@ -80,9 +80,9 @@ token merges 16 splits of 64 x 512 on its own (not profiled)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
-memory beside ~197 KB (bf16 cache) or ~202 KB (fp8_ds_mla: operand stages and the raw ring) of
-buffers, so one split holds at most 7648 or 6368 positions (227 KB per block on Hopper, less its 128
-bytes of static shared memory); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
+memory beside ~197 KB (bf16 cache) or ~202 KB (fp8_ds_mla: 2 operand stages and a raw ring of 4
+half-stages) of buffers, so one split holds at most 7648 or 6368 positions (227 KB per block on
+Hopper, less its 128 bytes of static shared memory); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
