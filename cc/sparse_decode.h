@@ -65,7 +65,7 @@ constexpr int kAblateExchange = 1;  // no cluster merge: each rank takes its own
 constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in shared memory
 constexpr int kAblateMerge = 4;     // no split merge: the last CTA only resets its counter
 
-// Shared memory one CTA needs for these parameters, in bytes.
+// Shared memory one CTA needs for these parameters (dynamic and static), in bytes.
 int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split);
 
 // Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).

@@ -311,6 +311,19 @@ inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, in
 // shared_bytes(positions_per_split).
 template <typename Kernel>
 struct Launcher {
+  // Dynamic plus static shared memory of one CTA (its __shared__ variables, e.g. arrived_last's):
+  // both count against the device's per-block limit. 0 static bytes if CUDA cannot say (the launch
+  // then reports the error).
+  static int total_shared_bytes(int positions_per_split) {
+    static const int static_bytes = [] {
+      cudaFuncAttributes attributes{};
+      return cudaFuncGetAttributes(&attributes, Kernel::kFunction) == cudaSuccess
+                 ? static_cast<int>(attributes.sharedSizeBytes)
+                 : 0;
+    }();
+    return Kernel::shared_bytes(positions_per_split) + static_bytes;
+  }
+
   // Raises the kernel's dynamic shared-memory limit to `bytes` on the current device (once per size seen).
   static cudaError_t allow_shared_memory(int bytes) {
     constexpr int kMaxDevices = 64;

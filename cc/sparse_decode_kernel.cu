@@ -436,7 +436,12 @@ static bool wide_shape(int cta_chunk, int cluster_size) {
 
 int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split) {
   if (is_wide(head_tiles)) return wide::shared_memory_bytes(fp8, positions_per_split);
-  return SharedLayout(head_tiles, cta_chunk, fp8, cluster_size, positions_per_split).total;
+  int bytes = 0;  // an unbuilt shape: 0 (the op checks shapes first)
+  dispatch(head_tiles, cta_chunk, fp8, cluster_size, [&](auto kernel) {
+    bytes = kernel.total_shared_bytes(positions_per_split);
+    return cudaSuccess;
+  });
+  return bytes;
 }
 
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {

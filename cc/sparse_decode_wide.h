@@ -14,7 +14,7 @@ constexpr int kHeadTiles = 4;  // 64 heads per CTA
 constexpr int kCtaChunk = 32;  // positions per pipeline stage (its only stage size)
 constexpr int kCluster = 1;    // one CTA per split (its only cluster size)
 
-// Shared memory of one CTA, in bytes.
+// Shared memory of one CTA (dynamic and static), in bytes.
 int shared_memory_bytes(bool fp8, int positions_per_split);
 
 // Enqueues the kernel on `stream` (params.head_tiles = kHeadTiles, cta_chunk = kCtaChunk,

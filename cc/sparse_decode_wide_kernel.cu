@@ -498,7 +498,10 @@ struct WideKernel : Launcher<WideKernel<kFp8>> {
 
 }  // namespace
 
-int shared_memory_bytes(bool fp8, int positions_per_split) { return SharedLayout(fp8, positions_per_split).total; }
+int shared_memory_bytes(bool fp8, int positions_per_split) {
+  return fp8 ? WideKernel<true>::total_shared_bytes(positions_per_split)
+             : WideKernel<false>::total_shared_bytes(positions_per_split);
+}
 
 cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
   return params.kv_fp8 ? WideKernel<true>::launch(params, stream) : WideKernel<false>::launch(params, stream);
