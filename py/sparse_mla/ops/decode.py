@@ -72,11 +72,11 @@ call 15: N = 16, T = 128: 108 vs 122 µs)."""
 
 WIDE_MIN_GROUPS = 16
 """The plan takes the wide kernel (64 heads per CTA) for ``N > 32`` from ``T * ceil(N / 64)`` of this
-many on: measured on the H200 (results/2026-11-30-h200/release4/README.md), it is faster from there
-(bf16 / fp8 µs: N = 64, T = 16: 52.6 / 55.7 vs 55.5 / 58.8; N = 128, T = 8: 52.3 / 55.5 vs 55.2 / 58.1)
-and slower below (N = 64, T = 8: 58.9 / 58.7 vs 39.2 / 43.6). Below, its grid is still full (16 splits
-of 128 positions) but each CTA stages 72 KB of queries for those few positions, and the last CTA of a
-token merges 16 splits of 64 x 512 on its own (not profiled)."""
+many on: measured on the H200, it is faster from there and slower below (bf16 / fp8 µs, wide vs the
+first kernel: N = 64, T = 16: 47.9 / 51.0 vs 55.5 / 58.8; N = 64, T = 8: 53.6 / 56.4 vs 40.3 / 43.7;
+results/2026-11-30-h200/release5/README.md and release4/README.md). Below, the last CTA of each
+token merges more splits of 64 x 512 fp32 partials on its own, bound by one SM's bandwidth (~9 µs
+per MB: 1 MB at N = 64, T = 16, 8 MB at T = 1)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
