@@ -223,19 +223,17 @@ __device__ __forceinline__ void arrive_named(int id, int threads) {
 // Split-KV bookkeeping of one CTA after it stored its partial output and LSE (the workspace layout of
 // SparseDecodeParams): bumps the arrival counter of its (token, head group, rank) and tells whether it
 // arrived last, in which case it has reset the counter (so a later launch or CUDA-graph replay finds it
-// zero) and may read every split's partials. Called by the kThreads threads 0..kThreads - 1 (all of
-// the CTA's, or a warp-specialized CTA's consumers), which meet at barrier `barrier`.
-__device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_t group_index, int rank,
-                                             int barrier = 0) {
+// zero) and may read every split's partials. Called by all threads of the CTA.
+__device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_t group_index, int rank) {
   __shared__ int last;
-  sync_named(barrier, kThreads);  // every thread's partial stores precede thread 0's fence (cumulativity)
+  __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
   if (threadIdx.x == 0) {
     __threadfence();  // release: this CTA's partials are visible before its arrival counts
     int32_t* counter = p.counters + group_index * kClusterSize + rank;
     last = atomicAdd(counter, 1) == p.num_splits - 1;
     if (last) *counter = 0;  // every split has arrived: ready for the next launch
   }
-  sync_named(barrier, kThreads);
+  __syncthreads();
   if (!last) return false;
   __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
   return true;
@@ -306,6 +304,20 @@ inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, in
   return part;
 }
 
+// Calls `launch(part, count)` for consecutive slices of p's tokens, `count` tokens each, with at most
+// kMaxGridZ (token, head group) pairs (a grid dimension's limit): more tokens take more launches, each
+// on its own tokens' slices of every per-token tensor and of the workspace. Returns the first error.
+template <typename Launch>
+cudaError_t for_token_slices(const SparseDecodeParams& p, Launch launch) {
+  const int max_tokens = kMaxGridZ / p.head_groups;
+  for (int first = 0; first < p.num_tokens; first += max_tokens) {
+    const int count = p.num_tokens - first < max_tokens ? p.num_tokens - first : max_tokens;
+    const cudaError_t error = launch(token_slice(p, first, count), count);
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
 // Launches and sizes one kernel instantiation. `Kernel` provides kFunction (a __global__ taking
 // SparseDecodeParams), kBlockThreads, kClusterCtas (CTAs per cluster along x, 1: none) and
 // shared_bytes(positions_per_split).
@@ -358,18 +370,11 @@ struct Launcher {
     const int bytes = Kernel::shared_bytes(p.positions_per_split);
     const cudaError_t error = allow_shared_memory(bytes);
     if (error != cudaSuccess) return error;
-    // A grid's z dimension holds at most kMaxGridZ (token, head group) pairs: more tokens take more
-    // launches, each on its own tokens' slices of every per-token tensor and of the workspace.
-    const int max_tokens = kMaxGridZ / p.head_groups;
-    for (int first = 0; first < p.num_tokens; first += max_tokens) {
-      const int count = p.num_tokens - first < max_tokens ? p.num_tokens - first : max_tokens;
-      const SparseDecodeParams part = token_slice(p, first, count);
+    return for_token_slices(p, [&](const SparseDecodeParams& part, int count) {
       cudaLaunchAttribute cluster;
       const cudaLaunchConfig_t launch_config = config(part.num_splits, count * part.head_groups, bytes, stream, &cluster);
-      const cudaError_t launch_error = cudaLaunchKernelEx(&launch_config, Kernel::kFunction, part);
-      if (launch_error != cudaSuccess) return launch_error;
-    }
-    return cudaSuccess;
+      return cudaLaunchKernelEx(&launch_config, Kernel::kFunction, part);
+    });
   }
 
   static cudaError_t max_active_clusters(int positions_per_split, int* clusters) {

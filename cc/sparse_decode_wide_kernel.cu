@@ -38,7 +38,8 @@
 // (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
 // on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producer no slack.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
-// partial output and LSE to the workspace and the last to arrive merges them (merge_splits).
+// partial output and LSE to the workspace, and a second launch merges them (merge_splits_kernel: 8
+// CTAs per token and head group, 64 output columns each).
 #include <cuda_bf16.h>
 
 #include "cc/sparse_decode_device.cuh"
@@ -80,6 +81,10 @@ constexpr int kScoreTiles = kCtaChunk / 8;              // n-tiles of 8 position
 constexpr int kOutTiles = kNopePerGroup / 8;            // n-tiles of 8 output columns per warpgroup
 constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores (16 a lane)
 static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
+
+// CTAs of the split merge per (token, head group), each 512 / 8 output columns (the workspace's LSE
+// slots per split, kClusterSize, hold one copy for each).
+constexpr int kMergeRanks = kClusterSize;
 
 // Named barriers (0: unused, __syncthreads would need the producer too).
 constexpr int kExchangeBarrier = 1;   // + head tile: the two warps holding the same heads (64 threads)
@@ -483,10 +488,23 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     for (int nt = 0; nt < kOutTiles; ++nt)
       __stcg(reinterpret_cast<float2*>(partial + nt * 8),
              make_float2(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]));
-    if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);
+    if (warpgroup == 0)  // the LSE once per merging CTA's column slice, by the row's 4 lanes
+#pragma unroll
+      for (int rank = quad; rank < kMergeRanks; rank += 4)
+        __stcg(p.partial_lse + (split_index * kClusterSize + rank) * kHeads + h, lse[r]);
   }
-  if (!arrived_last(p, group_index, 0, kConsumerBarrier) || (p.ablate & kAblateMerge)) return;
-  merge_splits<kHeads, kKvLoraRank, kConsumerThreads>(p, token, head_base, group_index, 0);
+}
+
+// The split merge as a second launch: CTA (r, g) merges output columns [64 r, 64 r + 64) of every
+// split of (token, head group) g of its launch's tokens, and writes them (and, r = 0, the LSE). 8 CTAs
+// per group read the partials in parallel: one CTA merging all 64 x 512 columns alone is bound by one
+// SM's bandwidth, ~9 µs per MB of partials (results/2026-11-30-h200/release5/README.md).
+__global__ void __launch_bounds__(kThreads) merge_splits_kernel(const SparseDecodeParams p) {
+  const int rank = blockIdx.x;
+  const int64_t group_index = blockIdx.y;
+  const int token = static_cast<int>(group_index / p.head_groups);
+  const int head_base = static_cast<int>(group_index % p.head_groups) * kHeads;
+  merge_splits<kHeads, kKvLoraRank / kMergeRanks>(p, token, head_base, group_index, rank);
 }
 
 template <bool kFp8>
@@ -505,7 +523,13 @@ int shared_memory_bytes(bool fp8, int positions_per_split) {
 }
 
 cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
-  return params.kv_fp8 ? WideKernel<true>::launch(params, stream) : WideKernel<false>::launch(params, stream);
+  const cudaError_t error =
+      params.kv_fp8 ? WideKernel<true>::launch(params, stream) : WideKernel<false>::launch(params, stream);
+  if (error != cudaSuccess || params.num_splits == 1 || (params.ablate & kAblateMerge)) return error;
+  return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
+    merge_splits_kernel<<<dim3(kMergeRanks, count * part.head_groups), kThreads, 0, stream>>>(part);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t max_active_ctas(bool fp8, int positions_per_split, int* ctas) {

@@ -315,9 +315,8 @@ def test_bad_arguments_raise_naming_the_argument():
         call(inputs, launch=dataclasses.replace(launch, cluster_size=2))
     with pytest.raises(ValueError, match="head_tiles"):  # the wide kernel has one stage size
         call(inputs, launch=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES, cta_chunk=16, cluster_size=1))
-    # One wide split of 7680 positions: 232,448 B of buffers, Hopper's whole per-block limit, and the
-    # kernel's 128 B of static shared memory on top.
-    too_long = decode.DecodePlan(2, 16, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, 7680, 1)
+    # One wide split of 7712 positions: 232,576 B of shared memory, over Hopper's 232,448 per block.
+    too_long = decode.DecodePlan(2, 16, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, 7712, 1)
     with pytest.raises(ValueError, match="shared memory"):
         call(inputs, launch=too_long)
     if launch.num_splits > 1:

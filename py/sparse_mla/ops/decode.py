@@ -5,7 +5,8 @@ holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 One launch per call: each CTA gathers whole slots of its slice of a token's top-k row and attends
 them on its own; the 8 CTAs of a cluster merge their slices through distributed shared memory (small
 grids), or one CTA takes a whole split (large grids), and (when a token's positions are split over
-several clusters) the last-arriving CTA merges the splits. A CTA serves 16 or 32 heads
+several clusters) the last-arriving CTA merges the splits (the wide kernel: a second launch, 8 CTAs per
+token and head group). A CTA serves 16 or 32 heads
 (``cc/sparse_decode_kernel.cu``), or 64 on the wide kernel (``cc/sparse_decode_wide_kernel.cu``,
 ``head_tiles`` 4), which gathers and dequantizes each slot once for all of them. The kernel files'
 headers say how.
@@ -81,8 +82,8 @@ per MB: 1 MB at N = 64, T = 16, 8 MB at T = 1)."""
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
 memory beside ~197 KB (bf16 cache) or ~202 KB (fp8_ds_mla: 2 operand stages and a raw ring of 4
-half-stages) of buffers, so one split holds at most 7648 or 6368 positions (227 KB per block on
-Hopper, less its 128 bytes of static shared memory); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
+half-stages) of buffers, so one split holds at most 7680 or 6400 positions (227 KB per block on
+Hopper); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
 
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
