@@ -63,7 +63,7 @@ struct SparseDecodeParams {
 // Stages the benchmark can leave out to see what they cost (results are wrong then).
 constexpr int kAblateExchange = 1;  // no cluster merge: each rank takes its own partial 8 times (no-op with one CTA per split)
 constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in shared memory
-constexpr int kAblateMerge = 4;     // no split merge: the last CTA only resets its counter
+constexpr int kAblateMerge = 4;     // no split merge (first kernel: the last CTA only resets its counter; wide: no merge launch)
 
 // Shared memory one CTA needs for these parameters (dynamic and static), in bytes.
 int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split);
