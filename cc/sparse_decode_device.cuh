@@ -128,9 +128,9 @@ struct CtaWork {
 
 // Positions [begin, begin + count) of `token`'s top-k row -> global slot rows (rows[i], -1 = masked),
 // by the kBlockThreads threads running it (the CTA's, or one warpgroup's: consecutive threads), kUnroll
-// independent loads in flight. Position p of request
-// req_id[t] lives in block block_table[req, p / 64], slot p % 64; -1, p >= token_kv_len[t], p past the
-// block table and block ids outside [0, num_blocks) are masked.
+// independent loads in flight. Position p of request req_id[t] lives in block block_table[req, p / 64],
+// slot p % 64; -1, p >= token_kv_len[t], p past the block table and block ids outside
+// [0, num_blocks) are masked.
 template <int kBlockThreads = kThreads>
 __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p, int token, int begin, int count,
                                                     int* rows) {
@@ -162,11 +162,11 @@ __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p,
 }
 
 // Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
-// 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the kBlockThreads threads running it (the CTA's, or
-// one warpgroup's: consecutive threads): kBlockThreads /
-// kChunk consecutive threads copy one slot, its address computed once, each of them every
-// (kBlockThreads / kChunk)-th 16-byte piece of it, piece `part` of slot r to `destination(r, part)`
-// in shared memory (the kernel's staging layout). Masked rows are zero-filled, never read.
+// 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the kBlockThreads threads running it (the CTA's,
+// or one warpgroup's: consecutive threads): kBlockThreads / kChunk consecutive threads copy one slot,
+// its address computed once, each of them every (kBlockThreads / kChunk)-th 16-byte piece of it,
+// piece `part` of slot r to `destination(r, part)` in shared memory (the kernel's staging layout).
+// Masked rows are zero-filled, never read.
 template <int kChunk, bool kFp8, int kBlockThreads = kThreads, typename Destination>
 __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, Destination destination) {
   constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
