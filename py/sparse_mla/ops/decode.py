@@ -2,14 +2,14 @@
 ``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call. The same library
 holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 
-One launch per call: each CTA gathers whole slots of its slice of a token's top-k row and attends
-them on its own; the 8 CTAs of a cluster merge their slices through distributed shared memory (small
-grids), or one CTA takes a whole split (large grids), and (when a token's positions are split over
-several clusters) the last-arriving CTA merges the splits (the wide kernel: a second launch, 8 CTAs per
-token and head group). A CTA serves 16 or 32 heads
-(``cc/sparse_decode_kernel.cu``), or 64 on the wide kernel (``cc/sparse_decode_wide_kernel.cu``,
-``head_tiles`` 4), which gathers and dequantizes each slot once for all of them. The kernel files'
-headers say how.
+One launch per call (two on the wide kernel with several splits): each CTA gathers whole slots of
+its slice of a token's top-k row and attends them on its own; the 8 CTAs of a cluster merge their
+slices through distributed shared memory (small grids), or one CTA takes a whole split (large
+grids), and (when a token's positions are split over several clusters) the last-arriving CTA merges
+the splits (the wide kernel: a second launch, 8 CTAs per token and head group). A CTA serves 16 or
+32 heads (``cc/sparse_decode_kernel.cu``), or 64 on the wide kernel
+(``cc/sparse_decode_wide_kernel.cu``, ``head_tiles`` 4), which gathers and dequantizes each slot once
+for all of them. The kernel files' headers say how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
 this package in the runfiles); outside Bazel, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
@@ -366,7 +366,8 @@ def sparse_mla_decode(
     lse: Optional[torch.Tensor] = None,
     _ablate: int = 0,
 ) -> torch.Tensor:
-    """Sparse MLA attention of request-local top-k positions, one launch, written into ``out``.
+    """Sparse MLA attention of request-local top-k positions, written into ``out`` (one launch; the
+    wide kernel with several splits adds one for the split merge).
 
     Parameters
     ----------
