@@ -1,7 +1,9 @@
-// Building blocks the two decode kernels share (cc/sparse_decode_kernel.cu: up to 32 heads per CTA,
+// Building blocks of the decode kernels (cc/sparse_decode_kernel.cu: up to 32 heads per CTA,
 // cc/sparse_decode_wide_kernel.cu: 64): tensor-core and copy instructions, the fp8_ds_mla
-// dequantization, position -> slot translation, the slot gather, the split merge and the launcher.
-// Included by those two translation units only.
+// dequantization, position -> slot translation, the slot gather, named barriers, the split merge and
+// the launcher; some serve one kernel only (the mma.sync and ldmatrix wrappers and the gather ring the
+// first, the named-barrier arrive and the proxy fence the wide one). Included by those two
+// translation units only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +17,7 @@
 namespace sparse_mla {
 namespace decode {
 
-constexpr int kThreads = 256;  // 8 warps per CTA (both kernels; the helpers take kBlockThreads)
+constexpr int kThreads = 256;  // 8 warps: a CTA of the first kernel and of the merge launch, the wide kernel's consumers
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z
 constexpr float kNegInf = -INFINITY;
@@ -186,9 +188,9 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
 
 // The cp.async ring of kStages gathered chunks: `issue(c)` copies chunk c into stage c % kStages.
 // start() issues the first kStages - 1; wait_for(c) returns when chunk c has landed for every thread
-// (kAsyncReaders: for wgmma too) and every thread is done with chunk c - 1, after issuing chunk
-// c + kStages - 1 into the stage c - 1 freed.
-template <int kStages, typename Issue, bool kAsyncReaders = false>
+// and every thread is done with chunk c - 1, after issuing chunk c + kStages - 1 into the stage c - 1
+// freed.
+template <int kStages, typename Issue>
 struct GatherRing {
   Issue issue;
   int num_chunks;
@@ -202,7 +204,6 @@ struct GatherRing {
   }
   __device__ __forceinline__ void wait_for(int chunk) {
     cp_async_wait<kStages - 2>();  // chunk has landed (kStages - 1 groups were outstanding)
-    if constexpr (kAsyncReaders) fence_proxy_async();
     __syncthreads();               // ... for every thread; and the previous chunk is fully consumed
     if (chunk + kStages - 1 < num_chunks) issue(chunk + kStages - 1);
     cp_async_commit();
@@ -239,11 +240,12 @@ __device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_
   return true;
 }
 
-// The last CTA of a (token, head group, rank): merges every split's partial output of its kHeads heads
-// and output columns [kColsPerRank rank, kColsPerRank (rank + 1)), each thread float4s of one head's
-// columns with kMergeUnroll splits loaded at once (folded into a running max / sum / accumulator), and
-// writes the output and LSE.
-template <int kHeads, int kColsPerRank, int kBlockThreads = kThreads>
+// One CTA of kThreads per (token, head group, rank) (the first kernel's last to arrive, or the wide
+// kernel's merge launch): merges every split's partial output of its kHeads heads and output columns
+// [kColsPerRank rank, kColsPerRank (rank + 1)), each thread float4s of one head's columns with
+// kMergeUnroll splits loaded at once (folded into a running max / sum / accumulator), and writes the
+// output and LSE.
+template <int kHeads, int kColsPerRank>
 __device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int token, int head_base, int64_t group_index,
                                              int rank) {
   constexpr int kMergeUnroll = 8;
@@ -251,7 +253,7 @@ __device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int to
   constexpr int kVectors = kHeads * kVectorsPerHead;
   const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
   const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
-  for (int v = threadIdx.x; v < kVectors; v += kBlockThreads) {
+  for (int v = threadIdx.x; v < kVectors; v += kThreads) {
     const int h = v / kVectorsPerHead, col = rank * kColsPerRank + (v % kVectorsPerHead) * 4;
     float running_max = kNegInf;
     WeightedSum sum;
