@@ -1,6 +1,6 @@
-"""The decode route: the latency-first CUDA kernel of :mod:`sparse_mla.ops.decode`, one launch per layer
-(index translation, attention and split merge in one kernel), reading the request-local top-k positions
-directly (no page table).
+"""The decode route: the latency-first CUDA kernels of :mod:`sparse_mla.ops.decode`, one launch per layer
+(index translation, attention and split merge in one kernel; the wide kernel with several splits
+merges them in a second launch), reading the request-local top-k positions directly (no page table).
 
 Plan: :func:`sparse_mla.ops.decode.plan` of ``(T, N, SM count, top-k)``. Workspace: one
 :class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum (only grids
@@ -39,6 +39,7 @@ def run(
     out: torch.Tensor,
     lse: Optional[torch.Tensor],
 ) -> None:
-    """One launch; the op checks every tensor before it launches."""
+    """One op call (one launch; two on the wide kernel with several splits); the op checks every tensor
+    before it launches."""
     decode.sparse_mla_decode(q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len,
                              metadata.block_table, softmax_scale, metadata.plan, metadata.workspace, out, lse)
