@@ -240,28 +240,28 @@ __device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_
   return true;
 }
 
-// One CTA of kThreads per (token, head group, rank) (the first kernel's last to arrive, or the wide
-// kernel's merge launch): merges every split's partial output of its kHeads heads and output columns
-// [kColsPerRank rank, kColsPerRank (rank + 1)), each thread float4s of one head's columns with
-// kMergeUnroll splits loaded at once (folded into a running max / sum / accumulator), and writes the
-// output and LSE.
-template <int kHeads, int kColsPerRank>
+// One CTA of kThreads per (token, head group, column slice) (the first kernel's last to arrive, or
+// the wide kernel's merge launch): merges every split's partial output of its kHeads heads and output
+// columns [col_begin, col_begin + kCols), reading the splits' LSEs from slot `lse_slot` of the
+// workspace, each thread float4s of one head's columns with kUnroll splits loaded at once (folded into a
+// running max / sum / accumulator), and writes the output and (col_begin = 0) the LSE. The merge is
+// bound by load latency: each round of kUnroll loads waits for the last.
+template <int kHeads, int kCols, int kUnroll>
 __device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int token, int head_base, int64_t group_index,
-                                             int rank) {
-  constexpr int kMergeUnroll = 8;
-  constexpr int kVectorsPerHead = kColsPerRank / 4;
+                                             int lse_slot, int col_begin) {
+  constexpr int kVectorsPerHead = kCols / 4;
   constexpr int kVectors = kHeads * kVectorsPerHead;
-  const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + rank * kHeads;
+  const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + lse_slot * kHeads;
   const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
   for (int v = threadIdx.x; v < kVectors; v += kThreads) {
-    const int h = v / kVectorsPerHead, col = rank * kColsPerRank + (v % kVectorsPerHead) * 4;
+    const int h = v / kVectorsPerHead, col = col_begin + (v % kVectorsPerHead) * 4;
     float running_max = kNegInf;
     WeightedSum sum;
-    for (int s0 = 0; s0 < p.num_splits; s0 += kMergeUnroll) {
-      float4 x[kMergeUnroll];
-      float lse[kMergeUnroll];
+    for (int s0 = 0; s0 < p.num_splits; s0 += kUnroll) {
+      float4 x[kUnroll];
+      float lse[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const bool present = s0 + u < p.num_splits;
         lse[u] = present ? __ldcg(lse_base + (s0 + u) * kClusterSize * kHeads + h) : kNegInf;
         x[u] = present ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
@@ -269,16 +269,16 @@ __device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int to
       }
       float group_max = running_max;
 #pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) group_max = fmaxf(group_max, lse[u]);
+      for (int u = 0; u < kUnroll; ++u) group_max = fmaxf(group_max, lse[u]);
       const float base = group_max == kNegInf ? 0.f : group_max;  // no (-inf) - (-inf)
       sum.rescale(exp2f(running_max - base));                     // 0 while nothing was valid
 #pragma unroll
-      for (int u = 0; u < kMergeUnroll; ++u) sum.add(exp2f(lse[u] - base), x[u]);  // 0 for a split without valid positions
+      for (int u = 0; u < kUnroll; ++u) sum.add(exp2f(lse[u] - base), x[u]);  // 0 for a split without valid positions
       running_max = group_max;
     }
     if (head_base + h >= p.num_heads) continue;
     store_output(p, token, head_base + h, col, sum.mean());
-    if (p.lse != nullptr && rank == 0 && v % kVectorsPerHead == 0)
+    if (p.lse != nullptr && col == 0)
       p.lse[token * p.num_heads + head_base + h] = sum.lse(running_max) * kLn2;
   }
 }

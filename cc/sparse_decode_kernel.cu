@@ -62,6 +62,7 @@ constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged
 constexpr int kTileStride = kKvLoraRank + 8;                  // bf16 per dequantized c_kv row: 1040 B, conflict-free
 constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_mla row: 672 B
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
+constexpr int kMergeUnroll = 8;  // split partials the last CTA loads at once (registers: the kernel's 85 or 128 a thread)
 
 static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64 + 8 columns per warp");
 
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
     if constexpr (kCluster > 1) cluster_wait();
     return;
   }
-  merge_splits<kHeads, kColsPerRank>(p, token, head_base, group_index, rank);
+  merge_splits<kHeads, kColsPerRank, kMergeUnroll>(p, token, head_base, group_index, rank, rank * kColsPerRank);
   if constexpr (kCluster > 1) cluster_wait();
 }
 

@@ -38,8 +38,8 @@
 // (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
 // on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producer no slack.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
-// partial output and LSE to the workspace, and a second launch merges them (merge_splits_kernel: 8
-// CTAs per token and head group, 64 output columns each).
+// partial output and LSE to the workspace, and a second launch merges them (merge_splits_kernel:
+// kMergeSlices CTAs per token and head group, kMergeCols output columns each).
 #include <cuda_bf16.h>
 
 #include "cc/sparse_decode_device.cuh"
@@ -82,9 +82,16 @@ constexpr int kOutTiles = kNopePerGroup / 8;            // n-tiles of 8 output c
 constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores (16 a lane)
 static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 
-// CTAs of the split merge per (token, head group), each 512 / 8 output columns (the workspace's LSE
-// slots per split, kClusterSize, hold one copy for each).
-constexpr int kMergeRanks = kClusterSize;
+// The split merge launch: kMergeSlices CTAs per (token, head group), each kMergeCols output columns of
+// the 64 heads (one float4 a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
+// by load latency, so it is spread wide: with 8 CTAs of 64 columns (4 float4s a thread, 8 splits at
+// once) it took 14.5 of 38 µs at N = 64, T = 8 (17 splits) and 44 of 58 at T = 1 (64 splits) on the
+// H200 (tools/bench.py --decode_ablate=4, results/2026-11-30-h200/release6/README.md). The splits' LSEs
+// are read from slot 0 of the workspace's kClusterSize slots per split.
+constexpr int kMergeSlices = 32;
+constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
+constexpr int kMergeUnroll = 16;
+static_assert(kHeads * kMergeCols / 4 == kThreads, "one float4 of the merge per thread");
 
 // Named barriers (0: unused, __syncthreads would need the producer too).
 constexpr int kExchangeBarrier = 1;   // + head tile: the two warps holding the same heads (64 threads)
@@ -488,23 +495,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     for (int nt = 0; nt < kOutTiles; ++nt)
       __stcg(reinterpret_cast<float2*>(partial + nt * 8),
              make_float2(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]));
-    if (warpgroup == 0)  // the LSE once per merging CTA's column slice, by the row's 4 lanes
-#pragma unroll
-      for (int rank = quad; rank < kMergeRanks; rank += 4)
-        __stcg(p.partial_lse + (split_index * kClusterSize + rank) * kHeads + h, lse[r]);
+    if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);  // slot 0
   }
 }
 
-// The split merge as a second launch: CTA (r, g) merges output columns [64 r, 64 r + 64) of every
-// split of (token, head group) g of its launch's tokens, and writes them (and, r = 0, the LSE). 8 CTAs
-// per group read the partials in parallel: one CTA merging all 64 x 512 columns alone is bound by one
-// SM's bandwidth, ~9 µs per MB of partials (results/2026-11-30-h200/release5/README.md).
+// The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every
+// split of (token, head group) g of its launch's tokens, and writes them (and, c = 0, the LSE).
 __global__ void __launch_bounds__(kThreads) merge_splits_kernel(const SparseDecodeParams p) {
-  const int rank = blockIdx.x;
+  const int slice = blockIdx.x;
   const int64_t group_index = blockIdx.y;
   const int token = static_cast<int>(group_index / p.head_groups);
   const int head_base = static_cast<int>(group_index % p.head_groups) * kHeads;
-  merge_splits<kHeads, kKvLoraRank / kMergeRanks>(p, token, head_base, group_index, rank);
+  merge_splits<kHeads, kMergeCols, kMergeUnroll>(p, token, head_base, group_index, 0, slice * kMergeCols);
 }
 
 template <bool kFp8>
@@ -527,7 +529,7 @@ cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
       params.kv_fp8 ? WideKernel<true>::launch(params, stream) : WideKernel<false>::launch(params, stream);
   if (error != cudaSuccess || params.num_splits == 1 || (params.ablate & kAblateMerge)) return error;
   return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
-    merge_splits_kernel<<<dim3(kMergeRanks, count * part.head_groups), kThreads, 0, stream>>>(part);
+    merge_splits_kernel<<<dim3(kMergeSlices, count * part.head_groups), kThreads, 0, stream>>>(part);
     return cudaGetLastError();
   });
 }

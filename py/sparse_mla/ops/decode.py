@@ -71,13 +71,13 @@ grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones 
 48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
 call 15: N = 16, T = 128: 108 vs 122 µs)."""
 
-WIDE_MIN_GROUPS = 8
+WIDE_MIN_GROUPS = 4
 """The plan takes the wide kernel (64 heads per CTA) for ``N > 32`` from ``T * ceil(N / 64)`` of this
-many on: measured on the H200 with its split merge as a second launch (bf16 / fp8 µs, wide vs the
-first kernel; results/2026-11-30-h200/release5/README.md): faster at 8 (N = 64, T = 8: 36.4 / 36.5 vs
-40.3 / 43.7; N = 128, T = 4: 36.6 / 36.6 vs 40.0 / 43.4), slower at 4 (N = 64, T = 4: 45.9 / 45.8 vs
-26.0 / 27.3; N = 128, T = 2: 46.0 / 45.9 vs 25.8 / 27.4). Below, each CTA gathers few positions
-(T = 4 at N = 64: 33 splits of 64) for its 72 KB of queries and 64 x 512 partial outputs."""
+many on: measured on the H200 with its split merge spread over 32 CTAs per token and head group
+(bf16 / fp8 µs, wide vs the first kernel; results/2026-11-30-h200/release6/README.md): faster at 4
+(N = 64, T = 4: 25.0 / 25.2 vs 26.0 / 26.8; N = 128, T = 2: 25.0 / 25.1 vs 25.8 / 26.9), slower at
+2 (N = 64, T = 2: 25.4 / 25.9 vs 18.7 / 20.1; N = 128, T = 1: 25.9 / 26.3 vs 18.6 / 20.0). Below,
+each CTA gathers one or two stages for its 72 KB of queries and 128 KB of partial outputs."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
