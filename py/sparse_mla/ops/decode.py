@@ -79,6 +79,14 @@ many on: measured on the H200 with its split merge spread over 32 CTAs per token
 2 (N = 64, T = 2: 25.4 / 25.9 vs 18.7 / 20.1; N = 128, T = 1: 25.9 / 26.3 vs 18.6 / 20.0). Below,
 each CTA gathers one or two stages for its 72 KB of queries and 128 KB of partial outputs."""
 
+WIDE_PADDED_TOKENS = (16, 128)
+"""For ``16 < N <= 32``, where at least half of the wide kernel's 64 query rows are padding, the plan
+takes it for ``T`` in this range (inclusive): measured on the H200 at N = 32 (fp8 / bf16 µs, wide vs
+the first kernel; results/2026-11-30-h200/release6/README.md): T = 16: 36.9 / 35.5 vs 44.3 / 41.4;
+T = 64: 91.9 / 83.8 vs 91.4 / 87.2; T = 128: 143.9 / 130.1 vs 156.9 / 147.2. Outside, the first
+kernel is faster: T = 8: 28.1 / 27.9 vs 27.1 / 26.3; T = 256: 285.4 / 256.9 vs 273.5 / 249.8 (the
+wide kernel's padded rows cost tensor-core time once its grid fills the GPU)."""
+
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
 memory beside ~197 KB (bf16 cache) or ~202 KB (fp8_ds_mla: 2 operand stages and a raw ring of 4
@@ -150,7 +158,8 @@ def plan(
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``, 64 (the wide kernel) for
-    ``N > 32`` from ``T * ceil(N / 64) = WIDE_MIN_GROUPS`` on (``topk <= WIDE_MAX_TOPK``), else 32. The wide kernel has one stage
+    ``N > 32`` from ``T * ceil(N / 64) = WIDE_MIN_GROUPS`` on and for ``16 < N <= 32`` at ``T`` in
+    ``WIDE_PADDED_TOKENS`` (``topk <= WIDE_MAX_TOPK``), else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
@@ -237,8 +246,8 @@ def _narrow_head_tiles(num_heads: int) -> int:
 
 
 def _wide_serves(num_heads: int) -> bool:
-    """Whether the wide kernel is a candidate for ``num_heads``: above 32 (fewer would be padding)."""
-    return num_heads > 2 * HEAD_TILE_ROWS
+    """Whether the wide kernel is a candidate for ``num_heads``: above 16 (1..16 would be 3/4 padding)."""
+    return num_heads > HEAD_TILE_ROWS
 
 
 def _default_head_tiles(
@@ -248,9 +257,13 @@ def _default_head_tiles(
     cluster size or stage size do not rule it out."""
     wide_groups = max(num_tokens, 1) * -(-num_heads // (HEAD_TILE_ROWS * WIDE_HEAD_TILES))
     wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
-    if _wide_serves(num_heads) and wide_groups >= WIDE_MIN_GROUPS and wide_fits:
-        return WIDE_HEAD_TILES
-    return _narrow_head_tiles(num_heads)
+    if not (wide_fits and _wide_serves(num_heads)):
+        return _narrow_head_tiles(num_heads)
+    if num_heads > 2 * HEAD_TILE_ROWS:
+        wide = wide_groups >= WIDE_MIN_GROUPS
+    else:
+        wide = WIDE_PADDED_TOKENS[0] <= num_tokens <= WIDE_PADDED_TOKENS[1]
+    return WIDE_HEAD_TILES if wide else _narrow_head_tiles(num_heads)
 
 
 @dataclasses.dataclass
