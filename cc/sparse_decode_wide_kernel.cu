@@ -85,7 +85,7 @@ static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 // The split merge launch: kMergeSlices CTAs per (token, head group), each kMergeCols output columns of
 // the 64 heads (one float4 a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
 // by load latency, so it is spread wide: with 8 CTAs of 64 columns (4 float4s a thread, 8 splits at
-// once) it took 14.5 of 38 µs at N = 64, T = 8 (17 splits) and 44 of 58 at T = 1 (64 splits) on the
+// once) it took 14.5 of 38 µs at N = 64, T = 8 (16 splits) and 44 of 58 at T = 1 (64 splits) on the
 // H200 (tools/bench.py --decode_ablate=4, results/2026-11-30-h200/release6/README.md). The splits' LSEs
 // are read from slot 0 of the workspace's kClusterSize slots per split.
 constexpr int kMergeSlices = 32;
