@@ -42,6 +42,8 @@
 // kMergeSlices CTAs per token and head group, kMergeCols output columns each).
 #include <cuda_bf16.h>
 
+#include <cstdint>
+
 #include "cc/sparse_decode_device.cuh"
 #include "cc/sparse_decode_wide.h"
 
@@ -105,6 +107,26 @@ constexpr int kProducerBarrier = 12;  // the producer's 128 threads
 __host__ __device__ constexpr int atom_offset(int row, int col, int rows) {
   return (col / kAtomCols) * rows * 128 + (row / 8) * 1024 + (row % 8) * 128 +
          ((((col % kAtomCols) / 8) ^ (row % 8)) << 4);
+}
+
+// Consumer thread `tid` of the wide kernel's copies of its 64 heads' queries (q_nope and q_rope rows
+// of one token) into the shared-memory atoms `q`, kElems columns a copy (8: 16-byte copies, every row
+// 16-byte aligned; 2: 4-byte copies, any even stride); heads past N are zero-filled.
+template <int kElems>
+__device__ __forceinline__ void copy_queries(const SparseDecodeParams& p, const __nv_bfloat16* q_nope,
+                                             const __nv_bfloat16* q_rope, int head_base, int tid, unsigned char* q) {
+  constexpr int kPiecesPerHead = kSlotElems / kElems;
+  for (int i = tid; i < kHeads * kPiecesPerHead; i += kConsumerThreads) {
+    const int h = i / kPiecesPerHead, col = kElems * (i % kPiecesPerHead);
+    const bool valid = head_base + h < p.num_heads;
+    const int head = valid ? head_base + h : 0;
+    const __nv_bfloat16* src = col < kKvLoraRank ? q_nope + head * p.q_nope_head_stride + col
+                                                 : q_rope + head * p.q_rope_head_stride + col - kKvLoraRank;
+    if constexpr (kElems == 8)
+      cp_async_16(q + atom_offset(h, col, kHeads), src, valid);
+    else
+      cp_async_4(q + atom_offset(h, col & ~7, kHeads) + (col & 7) * 2, src, valid);
+  }
 }
 
 // Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
@@ -318,20 +340,19 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   }
   setmaxnreg_inc<kConsumerRegisters>();
 
-  // 1. The 64 heads' queries -> shared memory as atoms (heads past N: zeros), with 4-byte copies (any
-  //    even stride).
+  // 1. The 64 heads' queries -> shared memory as atoms (heads past N: zeros).
   {
-    constexpr int kPairsPerHead = kSlotElems / 2;
     const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
     const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
-    for (int i = tid; i < kHeads * kPairsPerHead; i += kConsumerThreads) {
-      const int h = i / kPairsPerHead, col = 2 * (i % kPairsPerHead);
-      const bool valid = head_base + h < p.num_heads;
-      const int head = valid ? head_base + h : 0;
-      const __nv_bfloat16* src = col < kKvLoraRank ? q_nope + head * p.q_nope_head_stride + col
-                                                   : q_rope + head * p.q_rope_head_stride + col - kKvLoraRank;
-      cp_async_4(q + atom_offset(h, col & ~7, kHeads) + (col & 7) * 2, src, valid);
-    }
+    // kElems columns a copy: 16 bytes where every query row starts 16-byte aligned (the usual layouts,
+    // fused [T, N, 576] views included), else 4. The 4-byte copies took ~9.5 µs of a CTA's start on
+    // the H200 (per-CTA clock stamps, results/2026-11-30-h200/release6/README.md).
+    const bool aligned = ((reinterpret_cast<uintptr_t>(q_nope) | reinterpret_cast<uintptr_t>(q_rope)) & 15) == 0 &&
+                         ((p.q_nope_head_stride | p.q_rope_head_stride) & 7) == 0;
+    if (aligned)
+      copy_queries<8>(p, q_nope, q_rope, head_base, tid, q);
+    else
+      copy_queries<2>(p, q_nope, q_rope, head_base, tid, q);
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();

@@ -6,7 +6,7 @@ One launch per call (two on the wide kernel with several splits): each CTA gathe
 its slice of a token's top-k row and attends them on its own; the 8 CTAs of a cluster merge their
 slices through distributed shared memory (small grids), or one CTA takes a whole split (large
 grids), and (when a token's positions are split over several clusters) the last-arriving CTA merges
-the splits (the wide kernel: a second launch, 8 CTAs per token and head group). A CTA serves 16 or
+the splits (the wide kernel: a second launch, 32 CTAs per token and head group). A CTA serves 16 or
 32 heads (``cc/sparse_decode_kernel.cu``), or 64 on the wide kernel
 (``cc/sparse_decode_wide_kernel.cu``, ``head_tiles`` 4), which gathers and dequantizes each slot once
 for all of them. The kernel files' headers say how.
