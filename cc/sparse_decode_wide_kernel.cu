@@ -32,8 +32,8 @@
 // distinct bank groups), 3 operand stages, two in flight. fp8_ds_mla slots land as stored in a ring of
 // 4 half-stages (three in flight); the producer dequantizes each half into one of 2 operand stages
 // while the consumers compute on the other, so the conversion is off the consumers' path.
-// Measured on the H200, N = 64, T = 128 (results/2026-11-30-h200/release5/README.md): bf16 132 µs,
-// fp8 153 µs. Before the producer (all 8 warps gathering, dequantizing behind a barrier, then
+// Measured on the H200, N = 64, T = 128: bf16 127 µs, fp8 150 µs (results/2026-11-30-h200/release6/
+// README.md, with 16-byte query copies; 132 and 153 before, release5). Before the producer (all 8 warps gathering, dequantizing behind a barrier, then
 // computing): 141 and 173; the same decomposition on mma.sync took 183 and 211
 // (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
 // on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producer no slack.
