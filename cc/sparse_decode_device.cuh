@@ -1,8 +1,8 @@
 // Building blocks of the decode kernels (cc/sparse_decode_kernel.cu: up to 32 heads per CTA,
 // cc/sparse_decode_wide_kernel.cu: 64): tensor-core and copy instructions, the fp8_ds_mla
 // dequantization, position -> slot translation, the slot gather, named barriers, the split merge and
-// the launcher; some serve one kernel only (the mma.sync and ldmatrix wrappers and the gather ring the
-// first, the named-barrier arrive and the proxy fence the wide one). Included by those two
+// the launcher; some serve one kernel only (the mma.sync and ldmatrix wrappers and the gather ring's
+// wait_for the first, the named-barrier arrive and the proxy fence the wide one). Included by those two
 // translation units only.
 #pragma once
 
@@ -187,9 +187,10 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
 }
 
 // The cp.async ring of kStages gathered chunks: `issue(c)` copies chunk c into stage c % kStages.
-// start() issues the first kStages - 1; wait_for(c) returns when chunk c has landed for every thread
-// and every thread is done with chunk c - 1, after issuing chunk c + kStages - 1 into the stage c - 1
-// freed.
+// start() issues the first kStages - 1 (both kernels); wait_for(c) returns when chunk c has landed for
+// every thread and every thread is done with chunk c - 1, after issuing chunk c + kStages - 1 into the
+// stage c - 1 freed (the first kernel: all its threads gather; the wide kernel's producer waits on
+// named barriers instead).
 template <int kStages, typename Issue>
 struct GatherRing {
   Issue issue;

@@ -228,11 +228,7 @@ __device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const 
     gather_chunk<kCtaChunk, false, kProducerThreads>(
         p, rows + chunk * kCtaChunk, [=](int r, int part) { return stage + atom_offset(r, part * 8, kCtaChunk); });
   };
-#pragma unroll
-  for (int chunk = 0; chunk < kStages - 1; ++chunk) {
-    if (chunk < num_chunks) issue(chunk);
-    cp_async_commit();
-  }
+  GatherRing<kStages, decltype(issue)>{issue, num_chunks}.start();
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     cp_async_wait<kStages - 2>();  // this thread's copies of the chunk have landed
     fence_proxy_async();           // ... for wgmma too
@@ -260,11 +256,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     gather_chunk<kRawRows, true, kProducerThreads>(
         p, rows + half * kRawRows, [=](int r, int part) { return slots + r * kFp8SlotBytes + part * 16; });
   };
-#pragma unroll
-  for (int half = 0; half < kRawStages - 1; ++half) {
-    if (half < num_halves) issue(half);
-    cp_async_commit();
-  }
+  GatherRing<kRawStages, decltype(issue)>{issue, num_halves}.start();
   for (int half = 0; half < num_halves; ++half) {
     cp_async_wait<kRawStages - 2>();
     sync_named(kProducerBarrier, kProducerThreads);  // the half has landed for all; all are done with the last
