@@ -170,10 +170,10 @@ def test_queries_with_rows_not_16_byte_aligned(head_tiles):
     """q_nope / q_rope as views of a [T, N, 580] tensor (head stride 1160 bytes; the op accepts any even
     stride), on both kernels: the wide one then copies the queries 4 bytes at a time instead of 16."""
     case = testing.make_attention_case(5, 40, _device(), seed=11, pattern="start", drop_fraction=0.2)
-    wide = torch.zeros(5, 40, 580, dtype=torch.bfloat16, device=_device())
-    wide[..., :512] = case.q_nope
-    wide[..., 512:576] = case.q_rope
-    q_nope, q_rope = wide[..., :512], wide[..., 512:576]
+    fused = torch.zeros(5, 40, 580, dtype=torch.bfloat16, device=_device())
+    fused[..., :512] = case.q_nope
+    fused[..., 512:576] = case.q_rope
+    q_nope, q_rope = fused[..., :512], fused[..., 512:576]
     assert q_nope.stride(1) % 8 != 0
     strided = testing.AttentionCase(q_nope, q_rope, *case.inputs()[2:])
     out, lse = run_decode(strided, decode.plan(5, 40, _num_sms(), head_tiles=head_tiles))

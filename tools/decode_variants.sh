@@ -7,7 +7,8 @@
 # Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cu... [-- bench flags]
 #   VARIANT.cu: a copy of cc/sparse_decode_kernel.cu, or of cc/sparse_decode_wide_kernel.cu when its
 #   name contains "wide" (keep experiments in the git-ignored .device/); the other kernel is the
-#   committed one. Names starting with "baseline_" are taken. cc/sparse_decode_kernel.cu itself is the baseline. Each is named after its file's basename.
+#   committed one. Each is named after its file's basename; names starting with "baseline_" are taken
+#   (the committed kernels' objects). Only variants are timed: time the committed kernel as a copy.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons, memory and source sections; text report in $OUT).
 #   --tests: per variant, tests/test_decode_gpu.py against its library.

@@ -390,8 +390,8 @@ def sparse_mla_decode(
     kv_cache : torch.Tensor
         `[num_blocks, 64, 576]` bf16, or the fp8_ds_mla cache `[num_blocks, 64, 656]` uint8
         (:mod:`sparse_mla.fp8_ds_mla`, dequantized in the kernel chunk by chunk as it is gathered,
-        never a copy of the cache); slot elements
-        contiguous; block and slot strides multiples of 16 bytes (a padded block stride is fine).
+        never a copy of the cache); slot elements contiguous; block and slot strides multiples of 16
+        bytes (a padded block stride is fine).
     topk_indices : torch.Tensor
         `[T, topk]` int32 request-local positions; ``-1``, positions ``>= token_kv_len``, past the
         block table or in blocks outside ``[0, num_blocks)`` are skipped, never read.
