@@ -79,13 +79,15 @@ many on: measured on the H200 with its split merge spread over 32 CTAs per token
 2 (N = 64, T = 2: 25.4 / 25.9 vs 18.7 / 20.1; N = 128, T = 1: 25.9 / 26.3 vs 18.6 / 20.0). Below,
 each CTA gathers one or two stages for its 72 KB of queries and 128 KB of partial outputs."""
 
-WIDE_PADDED_TOKENS = (16, 128)
+WIDE_PADDED_TOKENS = (8, 128)
 """For ``16 < N <= 32``, where at least half of the wide kernel's 64 query rows are padding, the plan
-takes it for ``T`` in this range (inclusive): measured on the H200 at N = 32 (fp8 / bf16 µs, wide vs
-the first kernel; results/2026-11-30-h200/release6/README.md): T = 16: 36.9 / 35.5 vs 44.3 / 41.4;
-T = 64: 91.9 / 83.8 vs 91.4 / 87.2; T = 128: 143.9 / 130.1 vs 156.9 / 147.2. Outside, the first
-kernel is faster: T = 8: 28.1 / 27.9 vs 27.1 / 26.3; T = 256: 285.4 / 256.9 vs 273.5 / 249.8 (the
-wide kernel's padded rows cost tensor-core time once its grid fills the GPU)."""
+takes it for ``T`` in this range (inclusive): measured on the H200 at N = 32 (bf16 / fp8 µs, wide vs
+the first kernel): T = 8: 22.9 / 23.5 vs 26.4 / 27.1 and T = 16: 30.1 / 31.9 vs 41.1 / 43.9
+(results/2026-11-30-h200/release7/README.md, with 16-byte query copies); T = 64: 83.8 / 91.9 vs
+87.2 / 91.4; T = 128: 130.1 / 143.9 vs 147.2 / 156.9 (release6). Outside, the first kernel is faster
+or even: T = 4: 20.0 / 19.9 vs 19.0 / 20.4; T = 2: 20.6 / 20.7 vs 15.9 / 16.9 (release7);
+T = 256: 256.9 / 285.4 vs 249.8 / 273.5 (release6: the wide kernel's padded rows cost tensor-core
+time once its grid fills the GPU)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
