@@ -46,7 +46,8 @@ struct SparseDecodeParams {
   float* lse;
   // Split-KV workspace (num_splits > 1): partial outputs, base-2 LSEs and arrival counters (zero
   // between launches; the last arriving CTA of a group resets its counter).
-  float* partial_out;   // [T, head_groups, num_splits, heads_per_cta, 512]
+  float* partial_out;   // [T, head_groups, num_splits, heads_per_cta, 512] fp32 (the wide kernel from
+                        // wide::kBf16PartialMinSplits splits on: bf16, in the first half)
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
   int32_t* counters;    // [T, head_groups, kClusterSize]
   int num_tokens, num_heads;

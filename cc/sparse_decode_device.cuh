@@ -241,19 +241,31 @@ __device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_
   return true;
 }
 
+// Four consecutive columns of a split's partial output: fp32 (the first kernel; the wide kernel with
+// few splits) or bf16 (the wide kernel with many splits: half the bytes written and merged).
+__device__ __forceinline__ float4 load_partial(const float* at) { return __ldcg(reinterpret_cast<const float4*>(at)); }
+
+__device__ __forceinline__ float4 load_partial(const __nv_bfloat16* at) {
+  const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(at));  // bf16 -> fp32: the bits shifted up by 16
+  return make_float4(__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u),
+                     __uint_as_float(raw.y << 16), __uint_as_float(raw.y & 0xffff0000u));
+}
+
 // One CTA of kThreads per (token, head group, column slice) (the first kernel's last to arrive, or
 // the wide kernel's merge launch): merges every split's partial output of its kHeads heads and output
 // columns [col_begin, col_begin + kCols), reading the splits' LSEs from slot `lse_slot` of the
-// workspace, each thread float4s of one head's columns with kUnroll splits loaded at once (folded into a
-// running max / sum / accumulator), and writes the output and (col_begin = 0) the LSE. The merge is
+// workspace, each thread 4 columns of one head with kUnroll splits loaded at once (folded into a
+// running max / sum / accumulator), and writes the output and (col_begin = 0) the LSE. The partials
+// are stored as `Partial` (float, or __nv_bfloat16 in the first half of the workspace). The merge is
 // bound by load latency: each round of kUnroll loads waits for the last.
-template <int kHeads, int kCols, int kUnroll>
+template <int kHeads, int kCols, int kUnroll, typename Partial = float>
 __device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int token, int head_base, int64_t group_index,
                                              int lse_slot, int col_begin) {
   constexpr int kVectorsPerHead = kCols / 4;
   constexpr int kVectors = kHeads * kVectorsPerHead;
   const float* lse_base = p.partial_lse + group_index * p.num_splits * kClusterSize * kHeads + lse_slot * kHeads;
-  const float* partial_group = p.partial_out + group_index * p.num_splits * kHeads * kKvLoraRank;
+  const Partial* partial_group =
+      reinterpret_cast<const Partial*>(p.partial_out) + group_index * p.num_splits * kHeads * kKvLoraRank;
   for (int v = threadIdx.x; v < kVectors; v += kThreads) {
     const int h = v / kVectorsPerHead, col = col_begin + (v % kVectorsPerHead) * 4;
     float running_max = kNegInf;
@@ -265,7 +277,7 @@ __device__ __forceinline__ void merge_splits(const SparseDecodeParams& p, int to
       for (int u = 0; u < kUnroll; ++u) {
         const bool present = s0 + u < p.num_splits;
         lse[u] = present ? __ldcg(lse_base + (s0 + u) * kClusterSize * kHeads + h) : kNegInf;
-        x[u] = present ? __ldcg(reinterpret_cast<const float4*>(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col))
+        x[u] = present ? load_partial(partial_group + ((s0 + u) * kHeads + h) * kKvLoraRank + col)
                        : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       float group_max = running_max;

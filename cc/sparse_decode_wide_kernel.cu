@@ -38,7 +38,8 @@
 // (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
 // on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producer no slack.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
-// partial output and LSE to the workspace, and a second launch merges them (merge_splits_kernel:
+// partial output (fp32, or bf16 from kBf16PartialMinSplits splits on) and LSE to the workspace, and a
+// second launch merges them (merge_splits_kernel:
 // kMergeSlices CTAs per token and head group, kMergeCols output columns each).
 #include <cuda_bf16.h>
 
@@ -91,6 +92,16 @@ static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 // H200 (tools/bench.py --decode_ablate=4, results/2026-11-30-h200/release6/README.md). The splits' LSEs
 // are read from slot 0 of the workspace's kClusterSize slots per split.
 constexpr int kMergeSlices = 32;
+// Splits from which a CTA stores its partial output as bf16 (half the bytes; fp32 below). With many
+// splits the partials outweigh the gathered slots (N = 64, T = 4: 32 splits write 16.8 MB, the cache
+// rows read are 9.4 MB), and writing them took ~4 µs of a CTA. Measured on the H200, the decode kernel
+// alone, bf16 / fp8_ds_mla µs, bf16 vs fp32 partials (both with 16-byte stores, see store_partial_*;
+// results/2026-11-30-h200/release7/README.md, call 52): 32 splits (N = 64, T = 4) 17.5 / 16.7 vs
+// 20.0 / 19.0; 16 (N = 64, T = 8) 21.7 / 21.0 vs 23.3 / 22.7; 8 (N = 64, T = 16) 30.9 / 30.8 vs
+// 31.1 / 31.3; 4 (N = 128, T = 16) 47.0 / 49.2 vs 46.2 / 49.3; 2 (N = 128, T = 32) 80.4 / 88.2 vs
+// 77.1 / 86.3. The rounding adds ~0.5e-3 to the relative error against the float32 reference
+// (1.75e-3 -> 2.2e-3 on the bf16 cache, 2.95e-3 -> 3.25e-3 on fp8_ds_mla; the output itself is bf16).
+constexpr int kBf16PartialMinSplits = 16;
 constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
 constexpr int kMergeUnroll = 16;
 static_assert(kHeads * kMergeCols / 4 == kThreads, "one float4 of the merge per thread");
@@ -295,6 +306,52 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
       fence_proxy_async();  // this thread's writes, for wgmma
       arrive_named(kFullBarrier + chunk % kStages, kBlockThreads);
     }
+  }
+}
+
+// A consumer lane's share of its CTA's normalized partial output as fp32: row `row` of the split's
+// [64 heads][512] block, from this lane's accumulator columns of that row (half r of out_acc; column
+// 8 nt + 2 quad + {0, 1} of its warpgroup's 256). Neighbouring quad lanes swap pairs so that each
+// stores 4 consecutive columns as one 16-byte store (a warp's store: 64 contiguous bytes of each of
+// its 8 rows; the pairs as they are took 8-byte stores).
+__device__ __forceinline__ void store_partial_fp32(float* row, const float (&out_acc)[kOutTiles * 4], int r, float inv,
+                                                   int quad) {
+  const bool odd = quad & 1;
+  float* at = row + 8 * (quad & 1) + 4 * (quad >> 1);
+#pragma unroll
+  for (int m = 0; m < kOutTiles / 2; ++m) {  // n-tiles 2m (kept by even lanes) and 2m + 1 (odd lanes)
+    const float2 even = make_float2(out_acc[8 * m + 2 * r] * inv, out_acc[8 * m + 2 * r + 1] * inv);
+    const float2 odd_tile = make_float2(out_acc[8 * m + 4 + 2 * r] * inv, out_acc[8 * m + 4 + 2 * r + 1] * inv);
+    const float2 send = odd ? even : odd_tile;
+    const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+    __stcg(reinterpret_cast<float4*>(at + 16 * m),
+           odd ? make_float4(got.x, got.y, odd_tile.x, odd_tile.y) : make_float4(even.x, even.y, got.x, got.y));
+  }
+}
+
+// The same as bf16: the 4 lanes of a quad transpose their pairs of 4 consecutive n-tiles (3 shuffles),
+// so that each stores the 8 columns of one n-tile as one 16-byte store.
+__device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const float (&out_acc)[kOutTiles * 4], int r,
+                                                   float inv, int quad) {
+#pragma unroll
+  for (int k = 0; k < kOutTiles / 4; ++k) {
+    uint32_t mine[4], columns[4];  // mine[j]: n-tile 4k + j, columns 2 quad, +1; columns[j]: n-tile 4k + quad, 2j, +1
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      mine[j] = pack_bf16(out_acc[(4 * k + j) * 4 + 2 * r] * inv, out_acc[(4 * k + j) * 4 + 2 * r + 1] * inv);
+      columns[j] = mine[j];  // j = quad stays
+    }
+#pragma unroll
+    for (int s = 1; s < 4; ++s) {  // lane quad ^ s wants my pair of its n-tile; I want its pair of mine
+      const int other = quad ^ s;
+      uint32_t send = mine[0];
+#pragma unroll
+      for (int j = 1; j < 4; ++j) send = j == other ? mine[j] : send;  // registers: no dynamic indexing
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, s);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) columns[j] = j == other ? got : columns[j];
+    }
+    __stcg(reinterpret_cast<uint4*>(row + 8 * (4 * k + quad)), make_uint4(columns[0], columns[1], columns[2], columns[3]));
   }
 }
 
@@ -503,23 +560,25 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = head_tile * kHeadTileRows + group + 8 * r;
-    float* partial = p.partial_out + (split_index * kHeads + h) * kKvLoraRank + col0;
-#pragma unroll
-    for (int nt = 0; nt < kOutTiles; ++nt)
-      __stcg(reinterpret_cast<float2*>(partial + nt * 8),
-             make_float2(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]));
+    const int64_t row = (split_index * kHeads + h) * kKvLoraRank + warpgroup * kNopePerGroup;
+    if (p.num_splits >= kBf16PartialMinSplits)
+      store_partial_bf16(reinterpret_cast<__nv_bfloat16*>(p.partial_out) + row, out_acc, r, inv[r], quad);
+    else
+      store_partial_fp32(p.partial_out + row, out_acc, r, inv[r], quad);
     if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);  // slot 0
   }
 }
 
 // The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every
-// split of (token, head group) g of its launch's tokens, and writes them (and, c = 0, the LSE).
+// split of (token, head group) g of its launch's tokens, and writes them (and, c = 0, the LSE);
+// Partial: how the kernel stored the partials (kBf16PartialMinSplits).
+template <typename Partial>
 __global__ void __launch_bounds__(kThreads) merge_splits_kernel(const SparseDecodeParams p) {
   const int slice = blockIdx.x;
   const int64_t group_index = blockIdx.y;
   const int token = static_cast<int>(group_index / p.head_groups);
   const int head_base = static_cast<int>(group_index % p.head_groups) * kHeads;
-  merge_splits<kHeads, kMergeCols, kMergeUnroll>(p, token, head_base, group_index, 0, slice * kMergeCols);
+  merge_splits<kHeads, kMergeCols, kMergeUnroll, Partial>(p, token, head_base, group_index, 0, slice * kMergeCols);
 }
 
 template <bool kFp8>
@@ -542,7 +601,11 @@ cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
       params.kv_fp8 ? WideKernel<true>::launch(params, stream) : WideKernel<false>::launch(params, stream);
   if (error != cudaSuccess || params.num_splits == 1 || (params.ablate & kAblateMerge)) return error;
   return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
-    merge_splits_kernel<<<dim3(kMergeSlices, count * part.head_groups), kThreads, 0, stream>>>(part);
+    const dim3 grid(kMergeSlices, count * part.head_groups);
+    if (part.num_splits >= kBf16PartialMinSplits)
+      merge_splits_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(part);
+    else
+      merge_splits_kernel<float><<<grid, kThreads, 0, stream>>>(part);
     return cudaGetLastError();
   });
 }
