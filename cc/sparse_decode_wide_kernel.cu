@@ -1,5 +1,6 @@
 // Sparse MLA decode for many heads (64 per CTA) on Hopper: the kernel the planner takes where every
-// gathered slot should serve many query heads, i.e. large N x T (sparse_mla.ops.decode.plan).
+// gathered slot should serve many query heads: N > 32, and 16 < N <= 32 at 2 <= T <= 128
+// (sparse_mla.ops.decode.plan).
 //
 // Why a second kernel: cc/sparse_decode_kernel.cu splits the 576 columns over its 8 warps, so each
 // of its CTAs serves at most 32 heads, and a token with 64 or 128 heads gathers (and, for

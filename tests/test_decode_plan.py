@@ -21,12 +21,11 @@ H200_SMS = 132
         (31, 16, 8, 1, 16, 1, 1, 2048),  # the last grid of clusters
         (32, 16, 1, 1, 16, 1, 8, 256),  # one CTA per split from T * head_groups = 32 on
         (33, 16, 1, 1, 16, 1, 8, 256),
-        (1, 32, 8, 2, 32, 1, 8, 256),
-        (1, 64, 8, 2, 32, 2, 8, 256),
-        (1, 128, 8, 2, 32, 4, 8, 256),
-        (1, 100, 8, 2, 32, 4, 8, 256),
-        (3, 64, 8, 2, 16, 2, 4, 512),  # T * ceil(N / 64) = 3: below the wide kernel's 4
-        (4, 64, 1, 4, 32, 1, 32, 64),  # the wide kernel (64 heads per CTA), one CTA per SM
+        (1, 64, 1, 4, 32, 1, 64, 32),  # N > 32: the wide kernel (64 heads per CTA) at every T, one CTA per SM
+        (1, 128, 1, 4, 32, 2, 64, 32),
+        (1, 100, 1, 4, 32, 2, 64, 32),
+        (3, 64, 1, 4, 32, 1, 32, 64),
+        (4, 64, 1, 4, 32, 1, 32, 64),
         (2, 128, 1, 4, 32, 2, 32, 64),
         (8, 64, 1, 4, 32, 1, 16, 128),
         (4, 128, 1, 4, 32, 2, 16, 128),
@@ -35,7 +34,8 @@ H200_SMS = 132
         (16, 128, 1, 4, 32, 2, 4, 512),
         (32, 64, 1, 4, 32, 1, 4, 512),
         (16, 100, 1, 4, 32, 2, 4, 512),
-        (7, 32, 8, 2, 16, 1, 4, 512),  # 16 < N <= 32: wide for T in WIDE_PADDED_TOKENS only
+        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: wide for T in WIDE_PADDED_TOKENS only
+        (2, 32, 1, 4, 32, 1, 64, 32),
         (8, 32, 1, 4, 32, 1, 16, 128),
         (16, 32, 1, 4, 32, 1, 8, 256),
         (128, 17, 1, 4, 32, 1, 1, 2048),
@@ -76,7 +76,7 @@ def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
         (1, 16, 8),  # 8 clusters fit the 15 of a wave: as without capacity
         (8, 16, 4),  # 4 splits = 32 clusters, one wave of 45
         (4, 16, 3),  # 8 splits = 32 clusters = 3 waves of 15; 3 splits = 12 clusters, one wave
-        (1, 128, 3),  # 4 head groups: 3 splits = 12 clusters, one wave
+        (1, 128, 64),  # the wide kernel: 2 head groups x 64 splits = 128 CTAs, one wave of 132
         (32, 16, 8),  # one CTA per split: 256 CTAs (the split count aims at 2 CTAs per SM), one wave of 396
         (128, 16, 2),  # 256 CTAs of 1024 positions
     ],

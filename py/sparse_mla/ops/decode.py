@@ -71,23 +71,16 @@ grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones 
 48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
 call 15: N = 16, T = 128: 108 vs 122 µs)."""
 
-WIDE_MIN_GROUPS = 4
-"""The plan takes the wide kernel (64 heads per CTA) for ``N > 32`` from ``T * ceil(N / 64)`` of this
-many on: measured on the H200 with its split merge spread over 32 CTAs per token and head group
-(bf16 / fp8 µs, wide vs the first kernel; results/2026-11-30-h200/release6/README.md): faster at 4
-(N = 64, T = 4: 25.0 / 25.2 vs 26.0 / 26.8; N = 128, T = 2: 25.0 / 25.1 vs 25.8 / 26.9), slower at
-2 (N = 64, T = 2: 25.4 / 25.9 vs 18.7 / 20.1; N = 128, T = 1: 25.9 / 26.3 vs 18.6 / 20.0). Below,
-each CTA gathers one or two stages for its 72 KB of queries and 128 KB of partial outputs."""
-
-WIDE_PADDED_TOKENS = (8, 128)
-"""For ``16 < N <= 32``, where at least half of the wide kernel's 64 query rows are padding, the plan
-takes it for ``T`` in this range (inclusive): measured on the H200 at N = 32 (bf16 / fp8 µs, wide vs
-the first kernel): T = 8: 22.9 / 23.5 vs 26.4 / 27.1 and T = 16: 30.1 / 31.9 vs 41.1 / 43.9
-(results/2026-11-30-h200/release7/README.md, with 16-byte query copies); T = 64: 83.8 / 91.9 vs
-87.2 / 91.4; T = 128: 130.1 / 143.9 vs 147.2 / 156.9 (release6). Outside, the first kernel is faster
-or even: T = 4: 20.0 / 19.9 vs 19.0 / 20.4; T = 2: 20.6 / 20.7 vs 15.9 / 16.9 (release7);
-T = 256: 256.9 / 285.4 vs 249.8 / 273.5 (release6: the wide kernel's padded rows cost tensor-core
-time once its grid fills the GPU)."""
+WIDE_PADDED_TOKENS = (2, 128)
+"""The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
+where at least half of its 64 query rows are padding, for ``T`` in this range (inclusive). Measured
+on the H200, the decode kernel alone, bf16 / fp8_ds_mla µs, wide vs the first kernel
+(results/2026-11-30-h200/release7/README.md, call 55, with the wide kernel's bf16 partial outputs):
+N = 128, T = 1: 15.7 / 15.5 vs 18.5 / 20.0; N = 64, T = 1: 14.6 / 14.7 vs 15.6 / 16.8; T = 2:
+16.3 / 15.9 vs 18.7 / 20.1; N = 32, T = 2: 15.6 / 15.6 vs 16.0 / 17.1; T = 4: 16.3 / 16.2 vs
+19.3 / 20.6; T = 128: 130.1 / 143.9 vs 147.2 / 156.9 (release6). Outside, the first kernel is as fast
+or faster: N = 32, T = 1: 14.4 / 14.6 vs 14.2 / 14.8 (call 55); T = 256: 256.9 / 285.4 vs
+249.8 / 273.5 (release6: the padded rows cost tensor-core time once the wide grid fills the GPU)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
@@ -161,8 +154,8 @@ def plan(
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``, 64 (the wide kernel) for
-    ``N > 32`` from ``T * ceil(N / 64) = WIDE_MIN_GROUPS`` on and for ``16 < N <= 32`` at ``T`` in
-    ``WIDE_PADDED_TOKENS`` (``topk <= WIDE_MAX_TOPK``), else 32. The wide kernel has one stage
+    ``N > 32`` and for ``16 < N <= 32`` at ``T`` in ``WIDE_PADDED_TOKENS`` (``topk <= WIDE_MAX_TOPK``),
+    else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
@@ -258,14 +251,10 @@ def _default_head_tiles(
 ) -> int:
     """:func:`plan`'s head tiles when not given: the wide kernel only where ``topk`` and a caller's
     cluster size or stage size do not rule it out."""
-    wide_groups = max(num_tokens, 1) * -(-num_heads // (HEAD_TILE_ROWS * WIDE_HEAD_TILES))
     wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
     if not (wide_fits and _wide_serves(num_heads)):
         return _narrow_head_tiles(num_heads)
-    if num_heads > 2 * HEAD_TILE_ROWS:
-        wide = wide_groups >= WIDE_MIN_GROUPS
-    else:
-        wide = WIDE_PADDED_TOKENS[0] <= num_tokens <= WIDE_PADDED_TOKENS[1]
+    wide = num_heads > 2 * HEAD_TILE_ROWS or WIDE_PADDED_TOKENS[0] <= num_tokens <= WIDE_PADDED_TOKENS[1]
     return WIDE_HEAD_TILES if wide else _narrow_head_tiles(num_heads)
 
 
