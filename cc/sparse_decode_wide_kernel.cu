@@ -45,6 +45,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/sparse_decode_device.cuh"
 #include "cc/sparse_decode_wide.h"
@@ -310,28 +311,12 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
   }
 }
 
-// A consumer lane's share of its CTA's normalized partial output as fp32: row `row` of the split's
-// [64 heads][512] block, from this lane's accumulator columns of that row (half r of out_acc; column
-// 8 nt + 2 quad + {0, 1} of its warpgroup's 256). Neighbouring quad lanes swap pairs so that each
-// stores 4 consecutive columns as one 16-byte store (a warp's store: 64 contiguous bytes of each of
-// its 8 rows; the pairs as they are took 8-byte stores).
-__device__ __forceinline__ void store_partial_fp32(float* row, const float (&out_acc)[kOutTiles * 4], int r, float inv,
-                                                   int quad) {
-  const bool odd = quad & 1;
-  float* at = row + 8 * (quad & 1) + 4 * (quad >> 1);
-#pragma unroll
-  for (int m = 0; m < kOutTiles / 2; ++m) {  // n-tiles 2m (kept by even lanes) and 2m + 1 (odd lanes)
-    const float2 even = make_float2(out_acc[8 * m + 2 * r] * inv, out_acc[8 * m + 2 * r + 1] * inv);
-    const float2 odd_tile = make_float2(out_acc[8 * m + 4 + 2 * r] * inv, out_acc[8 * m + 4 + 2 * r + 1] * inv);
-    const float2 send = odd ? even : odd_tile;
-    const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
-    __stcg(reinterpret_cast<float4*>(at + 16 * m),
-           odd ? make_float4(got.x, got.y, odd_tile.x, odd_tile.y) : make_float4(even.x, even.y, got.x, got.y));
-  }
-}
-
-// The same as bf16: the 4 lanes of a quad transpose their pairs of 4 consecutive n-tiles (3 shuffles),
-// so that each stores the 8 columns of one n-tile as one 16-byte store.
+// A consumer lane's share of its CTA's normalized partial output as bf16: row `row` of the split's
+// [64 heads][512] block, from this lane's accumulator columns of that row (half r of out_acc; columns
+// 8 nt + 2 quad + {0, 1} of its warpgroup's 256). The 4 lanes of a quad transpose their pairs of 4
+// consecutive n-tiles (3 shuffles), so that each stores the 8 columns of one n-tile as one 16-byte
+// store (a warp's store: 64 contiguous bytes of each of its 8 rows). The pairs as they are, 4-byte
+// stores, were slower than fp32: N = 64, T = 4: 23.3 vs 21.0 µs (release7, call 51).
 __device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const float (&out_acc)[kOutTiles * 4], int r,
                                                    float inv, int quad) {
 #pragma unroll
@@ -356,7 +341,11 @@ __device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const flo
   }
 }
 
-template <bool kFp8>
+// kBf16Partials: the partial outputs are stored as bf16 (the launch takes this instantiation from
+// kBf16PartialMinSplits splits on), else as fp32. Two instantiations, not a branch: with both stores in
+// one kernel, its main loop on the bf16 cache ran 3-7 % slower at T >= 32 (N = 64, T = 128: 137.4 vs
+// 128.4 µs; release7, grid at 63e87c7), where it writes no or few partials.
+template <bool kFp8, bool kBf16Partials>
 __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(const SparseDecodeParams p) {
   constexpr int kStages = kOperandStages<kFp8>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -562,10 +551,15 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   for (int r = 0; r < 2; ++r) {
     const int h = head_tile * kHeadTileRows + group + 8 * r;
     const int64_t row = (split_index * kHeads + h) * kKvLoraRank + warpgroup * kNopePerGroup;
-    if (p.num_splits >= kBf16PartialMinSplits)
+    if constexpr (kBf16Partials) {
       store_partial_bf16(reinterpret_cast<__nv_bfloat16*>(p.partial_out) + row, out_acc, r, inv[r], quad);
-    else
-      store_partial_fp32(p.partial_out + row, out_acc, r, inv[r], quad);
+    } else {
+      float* partial = p.partial_out + row + 2 * quad;
+#pragma unroll
+      for (int nt = 0; nt < kOutTiles; ++nt)
+        __stcg(reinterpret_cast<float2*>(partial + nt * 8),
+               make_float2(out_acc[nt * 4 + 2 * r] * inv[r], out_acc[nt * 4 + 2 * r + 1] * inv[r]));
+    }
     if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, lse[r]);  // slot 0
   }
 }
@@ -582,38 +576,42 @@ __global__ void __launch_bounds__(kThreads) merge_splits_kernel(const SparseDeco
   merge_splits<kHeads, kMergeCols, kMergeUnroll, Partial>(p, token, head_base, group_index, 0, slice * kMergeCols);
 }
 
-template <bool kFp8>
-struct WideKernel : Launcher<WideKernel<kFp8>> {
-  static constexpr auto kFunction = sparse_decode_wide_kernel<kFp8>;
+template <bool kFp8, bool kBf16Partials>
+struct WideKernel : Launcher<WideKernel<kFp8, kBf16Partials>> {
+  static constexpr auto kFunction = sparse_decode_wide_kernel<kFp8, kBf16Partials>;
   static constexpr int kBlockThreads = wide::kBlockThreads;
   static constexpr int kClusterCtas = kCluster;
   static int shared_bytes(int positions_per_split) { return SharedLayout(kFp8, positions_per_split).total; }
 };
 
-}  // namespace
-
-int shared_memory_bytes(bool fp8, int positions_per_split) {
-  return fp8 ? WideKernel<true>::total_shared_bytes(positions_per_split)
-             : WideKernel<false>::total_shared_bytes(positions_per_split);
-}
-
-cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
-  const cudaError_t error =
-      params.kv_fp8 ? WideKernel<true>::launch(params, stream) : WideKernel<false>::launch(params, stream);
+// The kernel and its split merge with partial outputs stored as `Partial` (float or __nv_bfloat16).
+template <typename Partial>
+cudaError_t launch_with(const SparseDecodeParams& params, cudaStream_t stream) {
+  constexpr bool kBf16Partials = std::is_same_v<Partial, __nv_bfloat16>;
+  const cudaError_t error = params.kv_fp8 ? WideKernel<true, kBf16Partials>::launch(params, stream)
+                                          : WideKernel<false, kBf16Partials>::launch(params, stream);
   if (error != cudaSuccess || params.num_splits == 1 || (params.ablate & kAblateMerge)) return error;
   return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
-    const dim3 grid(kMergeSlices, count * part.head_groups);
-    if (part.num_splits >= kBf16PartialMinSplits)
-      merge_splits_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(part);
-    else
-      merge_splits_kernel<float><<<grid, kThreads, 0, stream>>>(part);
+    merge_splits_kernel<Partial><<<dim3(kMergeSlices, count * part.head_groups), kThreads, 0, stream>>>(part);
     return cudaGetLastError();
   });
 }
 
+}  // namespace
+
+int shared_memory_bytes(bool fp8, int positions_per_split) {
+  return fp8 ? WideKernel<true, false>::total_shared_bytes(positions_per_split)
+             : WideKernel<false, false>::total_shared_bytes(positions_per_split);
+}
+
+cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
+  return params.num_splits >= kBf16PartialMinSplits ? launch_with<__nv_bfloat16>(params, stream)
+                                                    : launch_with<float>(params, stream);
+}
+
 cudaError_t max_active_ctas(bool fp8, int positions_per_split, int* ctas) {
-  return fp8 ? WideKernel<true>::max_active_clusters(positions_per_split, ctas)
-             : WideKernel<false>::max_active_clusters(positions_per_split, ctas);
+  return fp8 ? WideKernel<true, false>::max_active_clusters(positions_per_split, ctas)
+             : WideKernel<false, false>::max_active_clusters(positions_per_split, ctas);
 }
 
 }  // namespace wide
