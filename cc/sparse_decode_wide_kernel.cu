@@ -33,10 +33,10 @@
 // distinct bank groups), 3 operand stages, two in flight. fp8_ds_mla slots land as stored in a ring of
 // 4 half-stages (three in flight); the producer dequantizes each half into one of 2 operand stages
 // while the consumers compute on the other, so the conversion is off the consumers' path.
-// Measured on the H200, N = 64, T = 128: bf16 127 µs, fp8 150 µs (results/2026-11-30-h200/release6/
-// README.md, with 16-byte query copies; 132 and 153 before, release5). Before the producer (all 8 warps gathering, dequantizing behind a barrier, then
-// computing): 141 and 173; the same decomposition on mma.sync took 183 and 211
-// (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
+// Measured on the H200, N = 64, T = 128: bf16 134 µs, fp8 150 µs (results/2026-11-30-h200/release7/
+// README.md; 127 and 150 in release 6, 132 and 153 in release 5). Before the producer (all 8 warps
+// gathering, dequantizing behind a barrier, then computing): 141 and 173; the same decomposition on
+// mma.sync took 183 and 211 (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
 // on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producer no slack.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output (fp32, or bf16 from kBf16PartialMinSplits splits on) and LSE to the workspace, and a
@@ -343,8 +343,9 @@ __device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const flo
 
 // kBf16Partials: the partial outputs are stored as bf16 (the launch takes this instantiation from
 // kBf16PartialMinSplits splits on), else as fp32. Two instantiations, not a branch: with both stores in
-// one kernel, its main loop on the bf16 cache ran 3-7 % slower at T >= 32 (N = 64, T = 128: 137.4 vs
-// 128.4 µs; release7, grid at 63e87c7), where it writes no or few partials.
+// one kernel, the bf16 cache's main loop measured 3-7 % slower at T >= 128, where few or no partials
+// are written (N = 64, T = 128: 137.4 vs 128.4 µs before the bf16 partials); with two, 134.2
+// (results/2026-11-30-h200/release7/README.md, grids at 63e87c7 and c0e6861; fp8_ds_mla unchanged).
 template <bool kFp8, bool kBf16Partials>
 __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(const SparseDecodeParams p) {
   constexpr int kStages = kOperandStages<kFp8>;
