@@ -2,7 +2,8 @@
 // request-local top-k positions in, attention out, for any number of query heads (1..128) and any
 // token count (split-KV chosen by the planner).
 // This file holds the kernel for 16 or 32 heads per CTA and the launcher of both kernels; the one for
-// 64 heads per CTA, for N > 32 (and 16 < N <= 32 at most T), is cc/sparse_decode_wide_kernel.cu (head_tiles = 4).
+// 64 heads per CTA, for N > 32 (and 16 < N <= 32 at 2 <= T <= 128), is cc/sparse_decode_wide_kernel.cu
+// (head_tiles = 4).
 //
 // Work decomposition
 // ------------------

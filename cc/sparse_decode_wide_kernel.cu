@@ -88,7 +88,7 @@ constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial sc
 static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 
 // The split merge launch: kMergeSlices CTAs per (token, head group), each kMergeCols output columns of
-// the 64 heads (one float4 a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
+// the 64 heads (4 columns a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
 // by load latency, so it is spread wide: with 8 CTAs of 64 columns (4 float4s a thread, 8 splits at
 // once) it took 14.5 of 38 µs at N = 64, T = 8 (16 splits) and 44 of 58 at T = 1 (64 splits) on the
 // H200 (tools/bench.py --decode_ablate=4, results/2026-11-30-h200/release6/README.md). The splits' LSEs
@@ -97,16 +97,18 @@ constexpr int kMergeSlices = 32;
 // Splits from which a CTA stores its partial output as bf16 (half the bytes; fp32 below). With many
 // splits the partials outweigh the gathered slots (N = 64, T = 4: 32 splits write 16.8 MB, the cache
 // rows read are 9.4 MB), and writing them took ~4 µs of a CTA. Measured on the H200, the decode kernel
-// alone, bf16 / fp8_ds_mla µs, bf16 vs fp32 partials (both with 16-byte stores, see store_partial_*;
-// results/2026-11-30-h200/release7/README.md, call 52): 32 splits (N = 64, T = 4) 17.5 / 16.7 vs
-// 20.0 / 19.0; 16 (N = 64, T = 8) 21.7 / 21.0 vs 23.3 / 22.7; 8 (N = 64, T = 16) 30.9 / 30.8 vs
-// 31.1 / 31.3; 4 (N = 128, T = 16) 47.0 / 49.2 vs 46.2 / 49.3; 2 (N = 128, T = 32) 80.4 / 88.2 vs
-// 77.1 / 86.3. The rounding adds ~0.5e-3 to the relative error against the float32 reference
+// alone, bf16 / fp8_ds_mla µs, bf16 partials (store_partial_bf16) vs fp32 ones as stored below
+// (results/2026-11-30-h200/release7/README.md; calls 52 and 54): 32 splits (N = 64, T = 4)
+// 17.5 / 16.7 vs 21.0 / 20.1; 16 (N = 64, T = 8) 21.7 / 21.0 vs 24.2 / 24.0; 8 (N = 64, T = 16)
+// 31.3 / 30.8 vs 31.8 / 32.5; 4 (N = 128, T = 16) 47.0 / 49.2 vs 46.0 / 50.5; 2 (N = 128, T = 32)
+// 80.4 / 88.2 vs 76.2 / 87.4. 16 was chosen against 16-byte fp32 stores that were not kept (the
+// README says why); against these, 8 splits also gain (0.5-0.9 µs on bf16, 1.7-2.0 on fp8, call 54)
+// and are the next candidate. The rounding adds ~0.5e-3 to the relative error against the float32 reference
 // (1.75e-3 -> 2.2e-3 on the bf16 cache, 2.95e-3 -> 3.25e-3 on fp8_ds_mla; the output itself is bf16).
 constexpr int kBf16PartialMinSplits = 16;
 constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
 constexpr int kMergeUnroll = 16;
-static_assert(kHeads * kMergeCols / 4 == kThreads, "one float4 of the merge per thread");
+static_assert(kHeads * kMergeCols / 4 == kThreads, "4 columns of the merge per thread");
 
 // Named barriers (0: unused, __syncthreads would need the producer too).
 constexpr int kExchangeBarrier = 1;   // + head tile: the two warps holding the same heads (64 threads)
@@ -311,8 +313,9 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
   }
 }
 
-// A consumer lane's share of its CTA's normalized partial output as bf16: row `row` of the split's
-// [64 heads][512] block, from this lane's accumulator columns of that row (half r of out_acc; columns
+// A consumer lane's share of its CTA's normalized partial output as bf16: `row` points at its
+// warpgroup's 256 columns of one row of the split's [64 heads][512] block, filled from this lane's
+// accumulator columns of that row (half r of out_acc; columns
 // 8 nt + 2 quad + {0, 1} of its warpgroup's 256). The 4 lanes of a quad transpose their pairs of 4
 // consecutive n-tiles (3 shuffles), so that each stores the 8 columns of one n-tile as one 16-byte
 // store (a warp's store: 64 contiguous bytes of each of its 8 rows). The pairs as they are, 4-byte
@@ -343,9 +346,9 @@ __device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const flo
 
 // kBf16Partials: the partial outputs are stored as bf16 (the launch takes this instantiation from
 // kBf16PartialMinSplits splits on), else as fp32. Two instantiations, not a branch: with both stores in
-// one kernel, the bf16 cache's main loop measured 3-7 % slower at T >= 128, where few or no partials
+// one kernel, the bf16 cache's main loop measured 5-8 % slower at T >= 128, where few or no partials
 // are written (N = 64, T = 128: 137.4 vs 128.4 µs before the bf16 partials); with two, 134.2
-// (results/2026-11-30-h200/release7/README.md, grids at 63e87c7 and c0e6861; fp8_ds_mla unchanged).
+// (results/2026-11-30-h200/release7/README.md, grids at 63e87c7 and c0e6861; fp8_ds_mla within 1 %).
 template <bool kFp8, bool kBf16Partials>
 __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(const SparseDecodeParams p) {
   constexpr int kStages = kOperandStages<kFp8>;
@@ -600,6 +603,7 @@ cudaError_t launch_with(const SparseDecodeParams& params, cudaStream_t stream) {
 
 }  // namespace
 
+// Both instantiations of a cache format have the same shared memory and one CTA per SM: the fp32 one answers.
 int shared_memory_bytes(bool fp8, int positions_per_split) {
   return fp8 ? WideKernel<true, false>::total_shared_bytes(positions_per_split)
              : WideKernel<false, false>::total_shared_bytes(positions_per_split);

@@ -78,9 +78,10 @@ on the H200, the decode kernel alone, bf16 / fp8_ds_mla µs, wide vs the first k
 (results/2026-11-30-h200/release7/README.md, call 55, with the wide kernel's bf16 partial outputs):
 N = 128, T = 1: 15.7 / 15.5 vs 18.5 / 20.0; N = 64, T = 1: 14.6 / 14.7 vs 15.6 / 16.8; T = 2:
 16.3 / 15.9 vs 18.7 / 20.1; N = 32, T = 2: 15.6 / 15.6 vs 16.0 / 17.1; T = 4: 16.3 / 16.2 vs
-19.3 / 20.6; T = 128: 130.1 / 143.9 vs 147.2 / 156.9 (release6). Outside, the first kernel is as fast
-or faster: N = 32, T = 1: 14.4 / 14.6 vs 14.2 / 14.8 (call 55); T = 256: 256.9 / 285.4 vs
-249.8 / 273.5 (release6: the padded rows cost tensor-core time once the wide grid fills the GPU)."""
+19.3 / 20.6; T = 128: 130.1 / 143.9 vs 147.2 / 156.9 (release6). Outside, the first kernel is about
+as fast or faster: N = 32, T = 1: 14.4 / 14.6 vs 14.2 / 14.8 (call 55: 0.2 µs faster on bf16, 0.2
+slower on fp8); T = 256: 256.9 / 285.4 vs 249.8 / 273.5 (release6: the padded rows cost tensor-core
+time once the wide grid fills the GPU)."""
 
 WIDE_MAX_TOPK = 4096
 """The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
