@@ -123,7 +123,7 @@ class DecodePlan:
     @property
     def partial_out_numel(self) -> int:
         """fp32 partial outputs `[T, head_groups, splits, heads per CTA, 512]` (0 without splits); the wide
-        kernel stores them as bf16 in the first half from 16 splits on (``kBf16PartialMinSplits``)."""
+        kernel stores them as bf16 in the first half from 8 splits on (``kBf16PartialMinSplits``)."""
         if self.num_splits == 1:
             return 0
         return self.num_tokens * self.head_groups * self.num_splits * self.heads_per_cta * KV_LORA_RANK
