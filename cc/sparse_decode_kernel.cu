@@ -38,7 +38,11 @@
 // k_rope) are staged as they are too (0.57x the bytes gathered); warp w dequantizes its 64 c_kv
 // columns in registers as it loads them as keys (e4m3 -> f16 exactly, times the group's scale,
 // rounded to bf16) and leaves them in its columns of a bf16 tile, from which it reads them again as
-// values: no extra pass, no extra barrier, ~6 more instructions per pair of values.
+// values: no extra pass, no extra barrier, ~6 more instructions per pair of values. Its query
+// fragments take the warp's columns in a permuted k order, so that a lane's keys of a row are 16
+// consecutive bytes, loaded at once (one 16-byte load for eight 2-byte ones, one 8-byte store for two
+// 4-byte ones per k-step): N = 16, T = 1 / 4: 10.9 / 14.8 µs vs 11.2 / 15.3, N = 32, T = 1: 14.0 vs
+// 14.8 on the H200 (results/2026-11-30-h200/release8/README.md, call 62).
 #include "cc/sparse_decode.h"
 
 #include <cooperative_groups.h>
@@ -142,11 +146,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
       const __nv_bfloat16* n1 = q_nope + (v1 ? h1 : 0) * p.q_nope_head_stride + warp * kColsPerWarp;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const int col = ks * 16 + 2 * quad;
+        // The fragment's k pairs (2 quad, +1) and (2 quad + 8, +9) of k-step ks are columns col, +1 and
+        // col + 8, +9; fp8_ds_mla permutes the warp's 64 columns instead (as its key fragments, step 4):
+        // col, +1 and col + 2, +3 with col = 16 quad + 4 ks, so that a lane's keys are 16 consecutive bytes.
+        const int col = kFp8 ? 16 * quad + 4 * ks : ks * 16 + 2 * quad, col_hi = kFp8 ? col + 2 : col + 8;
         q_nope_frag[mt][ks][0] = load_pair(n0, col, v0);
         q_nope_frag[mt][ks][1] = load_pair(n1, col, v1);
-        q_nope_frag[mt][ks][2] = load_pair(n0, col + 8, v0);
-        q_nope_frag[mt][ks][3] = load_pair(n1, col + 8, v1);
+        q_nope_frag[mt][ks][2] = load_pair(n0, col_hi, v0);
+        q_nope_frag[mt][ks][3] = load_pair(n1, col_hi, v1);
       }
       const __nv_bfloat16* r0 = q_rope + (v0 ? h0 : 0) * p.q_rope_head_stride + warp * kRopePerWarp;
       const __nv_bfloat16* r1 = q_rope + (v1 ? h1 : 0) * p.q_rope_head_stride + warp * kRopePerWarp;
@@ -209,14 +216,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
       if constexpr (kFp8) {
         const unsigned char* slot = stage + row * kStagedRowBytes;
         const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[warp * kColsPerWarp / kFp8ScaleGroup];
-        auto* tile_row = reinterpret_cast<uint32_t*>(smem + layout.tile) + row * (kTileStride / 2);
+        auto* tile_row = reinterpret_cast<uint2*>(smem + layout.tile + row * kTileStride * 2);
+        // This lane's 16 key bytes at once: columns 16 quad + 4 ks + {0, 1} are k-step ks's pair
+        // (2 quad, +1) and + {2, 3} its pair (2 quad + 8, +9), as the query fragments were loaded (step 1).
+        const int col0 = warp * kColsPerWarp + 16 * quad;
+        const uint4 bytes = *reinterpret_cast<const uint4*>(slot + col0);
+        const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-          const int col = warp * kColsPerWarp + ks * 16 + 2 * quad;
-          const uint32_t b0 = dequantize_pair(*reinterpret_cast<const uint16_t*>(slot + col), scale);
-          const uint32_t b1 = dequantize_pair(*reinterpret_cast<const uint16_t*>(slot + col + 8), scale);
-          tile_row[col / 2] = b0;
-          tile_row[col / 2 + 4] = b1;
+          const uint32_t b0 = dequantize_pair(static_cast<uint16_t>(words[ks] & 0xffffu), scale);
+          const uint32_t b1 = dequantize_pair(static_cast<uint16_t>(words[ks] >> 16), scale);
+          tile_row[(col0 + 4 * ks) / 4] = make_uint2(b0, b1);
 #pragma unroll
           for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b0, b1);
         }
