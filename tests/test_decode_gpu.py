@@ -78,8 +78,7 @@ def test_any_split_count(num_splits, num_heads, cta_chunk, cluster_size):
     64 of 32), with either stage size and either cluster size, on the first kernel (16 or 32 heads per
     CTA; the planner takes the wide one for N = 48)."""
     case = testing.make_attention_case(3, num_heads, _device(), seed=num_splits, pattern="scattered", drop_fraction=0.3)
-    head_tiles = 1 if num_heads <= decode.HEAD_TILE_ROWS else 2
-    launch = plan_with(3, num_heads, num_splits, cta_chunk, cluster_size, head_tiles=head_tiles)
+    launch = plan_with(3, num_heads, num_splits, cta_chunk, cluster_size, head_tiles=decode.narrow_head_tiles(num_heads))
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=str(launch))
 

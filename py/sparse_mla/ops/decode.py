@@ -237,8 +237,9 @@ def plan(
     )
 
 
-def _narrow_head_tiles(num_heads: int) -> int:
-    """Head tiles of the first kernel for ``num_heads``: 1 (16 heads per CTA) up to 16 heads, else 2."""
+def narrow_head_tiles(num_heads: int) -> int:
+    """Head tiles of the first kernel (``cc/sparse_decode_kernel.cu``) for ``num_heads``: 1 (16 heads
+    per CTA) up to 16 heads, else 2 (32 heads per CTA; more heads take several head groups)."""
     return 1 if num_heads <= HEAD_TILE_ROWS else 2
 
 
@@ -254,9 +255,9 @@ def _default_head_tiles(
     cluster size or stage size do not rule it out."""
     wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
     if not (wide_fits and _wide_serves(num_heads)):
-        return _narrow_head_tiles(num_heads)
+        return narrow_head_tiles(num_heads)
     wide = num_heads > 2 * HEAD_TILE_ROWS or WIDE_PADDED_TOKENS[0] <= num_tokens <= WIDE_PADDED_TOKENS[1]
-    return WIDE_HEAD_TILES if wide else _narrow_head_tiles(num_heads)
+    return WIDE_HEAD_TILES if wide else narrow_head_tiles(num_heads)
 
 
 @dataclasses.dataclass
@@ -294,7 +295,7 @@ class DecodeWorkspace:
         Only grids smaller than ``num_sms * ctas_per_sm`` CTAs split, so the buffers stay below
         ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200:
         the wide kernel aims at one CTA per SM)."""
-        shapes = [dict(head_tiles=_narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
+        shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
         if _wide_serves(num_heads):
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
         plans = []
