@@ -64,7 +64,8 @@ constexpr int kStages = 3;
 constexpr int kColsPerWarp = kKvLoraRank / kWarps;            // 64 c_kv columns
 constexpr int kRopePerWarp = kRopeDim / kWarps;               // 8 k_rope columns
 constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged row: 1168 B, conflict-free
-constexpr int kTileStride = kKvLoraRank + 8;                  // bf16 per dequantized c_kv row: 1040 B, conflict-free
+constexpr int kTileStride = kKvLoraRank + 8;                  // bf16 per dequantized c_kv row: 1040 B (conflict-free
+                                                              // ldmatrix reads; the 8-byte stores conflict 2-way)
 constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_mla row: 672 B
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
 constexpr int kMergeUnroll = 8;  // split partials the last CTA loads at once (registers: the kernel's 85 or 128 a thread)
