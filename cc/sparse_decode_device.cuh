@@ -78,12 +78,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Dequantizes two fp8 e4m3 values (the low byte first) times `scale` into a bf16 pair. e4m3 -> f16 is
-// exact; the product is rounded to bf16 once, as the Triton kernel does (sparse_mla_attention.py).
-__device__ __forceinline__ uint32_t dequantize_pair(uint16_t bytes, float scale) {
-  const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes), __NV_E4M3));
-  const float2 f = __half22float2(h);
-  return pack_bf16(f.x * scale, f.y * scale);
+// Dequantizes four fp8 e4m3 values (the low byte first) times `scale` into two bf16 pairs: .x of the
+// low two bytes, .y of the high two. e4m3 -> f16 is exact; each product is rounded to bf16 once, as
+// the Triton kernel does (sparse_mla_attention.py).
+__device__ __forceinline__ uint2 dequantize_word(uint32_t word, float scale) {
+  const auto pair = [scale](uint16_t bytes) {
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes), __NV_E4M3));
+    const float2 f = __half22float2(h);
+    return pack_bf16(f.x * scale, f.y * scale);
+  };
+  return make_uint2(pair(static_cast<uint16_t>(word & 0xffffu)), pair(static_cast<uint16_t>(word >> 16)));
 }
 
 // exp2-weighted sum of normalized partial outputs (a slice's or a split's): with w = 2^(lse - base) per

@@ -225,11 +225,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
         const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-          const uint32_t b0 = dequantize_pair(static_cast<uint16_t>(words[ks] & 0xffffu), scale);
-          const uint32_t b1 = dequantize_pair(static_cast<uint16_t>(words[ks] >> 16), scale);
-          tile_row[(col0 + 4 * ks) / 4] = make_uint2(b0, b1);
+          const uint2 b = dequantize_word(words[ks], scale);
+          tile_row[(col0 + 4 * ks) / 4] = b;
 #pragma unroll
-          for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b0, b1);
+          for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b.x, b.y);
         }
         b_rope = *reinterpret_cast<const uint32_t*>(slot + kFp8RopeOffset + (warp * kRopePerWarp + 2 * quad) * 2);
       } else {

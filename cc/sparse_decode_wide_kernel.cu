@@ -292,16 +292,13 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
       const uint4 bytes = *reinterpret_cast<const uint4*>(slot + piece * 16);
       const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup];
       const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-      uint32_t pairs[8];
+      uint2 pairs[4];
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        pairs[2 * w] = dequantize_pair(static_cast<uint16_t>(words[w] & 0xffffu), scale);
-        pairs[2 * w + 1] = dequantize_pair(static_cast<uint16_t>(words[w] >> 16), scale);
-      }
+      for (int w = 0; w < 4; ++w) pairs[w] = dequantize_word(words[w], scale);
       *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16, kCtaChunk)) =
-          make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+          make_uint4(pairs[0].x, pairs[0].y, pairs[1].x, pairs[1].y);
       *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16 + 8, kCtaChunk)) =
-          make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+          make_uint4(pairs[2].x, pairs[2].y, pairs[3].x, pairs[3].y);
     }
     {  // k_rope: one 16-byte piece (8 values) per thread into the rope atom
       const int row = t % kRawRows, part = t / kRawRows;
