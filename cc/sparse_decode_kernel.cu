@@ -281,6 +281,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
 #pragma unroll
       for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2)
         sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      __syncwarp();  // every lane of the row has read row_max[h]: shuffles do not order shared memory
       if (tid % kThreadsPerRow == 0) {
         const float alpha = exp2f(old_max - base);  // 0 while nothing was valid
         row_alpha[h] = alpha;
