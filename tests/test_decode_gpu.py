@@ -234,11 +234,13 @@ def _fp8_case(case):
     return dataclasses.replace(case, kv_cache=testing.fp8_ds_mla_kv_cache(case.kv_cache))
 
 
-@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 16), (2, 32), (1, 128), (16, 48), (33, 7), (40, 128)])
+@pytest.mark.parametrize("num_tokens, num_heads",
+                         [(1, 16), (4, 16), (2, 32), (1, 128), (16, 16), (16, 48), (33, 7), (40, 128)])
 def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     """The fp8_ds_mla cache (uint8 [num_blocks, 64, 656]) against the reference on its dequantized values,
-    with invalid entries; both CTA stage sizes (T * head groups <= 4 takes 32 positions, more take 16)
-    and both cluster sizes (one CTA per split from T * head groups = 32 on)."""
+    with invalid entries; the planner's first-kernel configurations: clusters of 8 below T * head groups
+    = 16 (32-position stages up to 4), then one CTA per split (32-position stages below 32, 16 from 32
+    on), and the wide kernel."""
     case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
                                                  pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     out, lse = run_decode(case)

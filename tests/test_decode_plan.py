@@ -17,9 +17,10 @@ H200_SMS = 132
         (2, 16, 8, 1, 32, 1, 8, 256),
         (4, 16, 8, 1, 32, 1, 8, 256),  # T * head_groups = 4: the last grid with 32-position stages
         (8, 16, 8, 1, 16, 1, 4, 512),
-        (16, 16, 8, 1, 16, 1, 2, 1024),
-        (31, 16, 8, 1, 16, 1, 1, 2048),  # the last grid of clusters
-        (32, 16, 1, 1, 16, 1, 8, 256),  # one CTA per split from T * head_groups = 32 on
+        (15, 16, 8, 1, 16, 1, 2, 1024),  # the last grid of clusters
+        (16, 16, 1, 1, 32, 1, 16, 128),  # one CTA per split from T * head_groups = 16 on, 32-position stages
+        (31, 16, 1, 1, 32, 1, 8, 256),
+        (32, 16, 1, 1, 16, 1, 8, 256),  # ... and 16-position stages from 32 on
         (33, 16, 1, 1, 16, 1, 8, 256),
         (1, 64, 1, 4, 32, 1, 64, 32),  # N > 32: the wide kernel (64 heads per CTA) at every T, one CTA per SM
         (1, 128, 1, 4, 32, 2, 64, 32),

@@ -41,9 +41,13 @@ CLUSTER_SIZE = 8
 CLUSTER_SIZES = (CLUSTER_SIZE, 1)
 """CTAs per split the kernel is built for: 8 (slices merged through distributed shared memory) or 1."""
 
-SINGLE_CTA_MIN_GROUPS = 32
+SINGLE_CTA_MIN_GROUPS = 16
 """The plan takes one CTA per split from ``T * head_groups`` of this many on, clusters of 8 below:
-measured on the H200 (results/2026-11-30-h200/release3/README.md)."""
+measured on the H200 (32 in results/2026-11-30-h200/release3/README.md; 16 since release 9, with
+32-position stages up to :data:`SMALL_CHUNK_MIN_GROUPS`: N = 16, T = 16, the decode kernel alone,
+bf16 / fp8_ds_mla, 27.2 / 28.0 µs vs 30.5 / 30.2 in clusters of 8 with 16-position stages; at T = 8,
+clusters of 8 stay faster, 21.2 / 21.8 vs 23.3 / 23.5; results/2026-11-30-h200/release9/README.md,
+calls 70 and 71)."""
 
 HEAD_TILE_ROWS = 16
 """Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or (wide kernel) 4 tiles."""
@@ -65,11 +69,18 @@ CTA_CHUNKS = (16, 32)
 ``cluster_size * cta_chunk`` positions."""
 
 LARGE_CHUNK_MAX_GROUPS = 4
-"""The plan takes 32-position stages while ``T * head_groups`` is at most this, else 16: measured on
+"""The plan takes 32-position stages while ``T * head_groups`` is at most this (and with one CTA per
+split below :data:`SMALL_CHUNK_MIN_GROUPS`), else 16: measured on
 the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is faster for small
 grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs
 48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
 call 15: N = 16, T = 128: 108 vs 122 µs)."""
+
+SMALL_CHUNK_MIN_GROUPS = 32
+"""With one CTA per split, the plan takes 16-position stages from ``T * head_groups`` of this many on,
+32 below. Measured on the H200 (release 9, calls 70 and 71), the decode kernel alone, bf16 /
+fp8_ds_mla µs, N = 16, 32 vs 16 positions: T = 16 27.2 / 28.0 vs 33.4 / 32.0; T = 32 40.7 / 43.7 vs
+39.9 / 40.8; T = 128 122.4 / 134.6 vs 109.1 / 118.7."""
 
 WIDE_PADDED_TOKENS = (2, 128)
 """The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
@@ -158,7 +169,8 @@ def plan(
     ``N > 32`` and for ``16 < N <= 32`` at ``T`` in ``WIDE_PADDED_TOKENS`` (``topk <= WIDE_MAX_TOPK``),
     else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
-    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, else 16 (unless given). CTAs per split
+    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, and with one CTA per split while
+    ``T * head_groups < SMALL_CHUNK_MIN_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
     split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
     Splits ``s = floor(num_sms * ctas_per_sm / (cluster_size * T * head_groups))`` clamped to
@@ -211,7 +223,8 @@ def plan(
     if cluster_size is None:
         cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS and not wide else 1
     if cta_chunk is None:
-        cta_chunk = CTA_CHUNKS[1] if token_groups <= LARGE_CHUNK_MAX_GROUPS or wide else CTA_CHUNKS[0]
+        large = token_groups <= LARGE_CHUNK_MAX_GROUPS or (cluster_size == 1 and token_groups < SMALL_CHUNK_MIN_GROUPS)
+        cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
     splits = (num_sms * ctas_per_sm) // (cluster_size * token_groups)
