@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from sparse_mla import device_info, routing, testing
+from sparse_mla import device_info, kv_cache_format, routing, testing
 from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -515,13 +515,13 @@ def test_builder_routes_fp8_steps_to_a_route_that_reads_them():
 
 def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():
     """Without an override, each padded T takes routing.choose_route's route for CPU tensors (Triton,
-    the one route that reads them), and the plan that route makes for (T, N, SMs, K)."""
+    the one route that reads them), and the plan that route makes for (T, N, SMs, K, cache format)."""
     builder = SparseMLAMetadataBuilder(MAX_TOKENS, CPU, NUM_HEADS)
     for num_tokens in (1, 2, 5, 16, 100, MAX_TOKENS):
         md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
         expected = routing.choose_route(NUM_HEADS, num_tokens, "cpu")
         assert md.route.name == expected, f"T={num_tokens}: route expected {expected}, got {md.route.name}"
-        assert md.plan == ROUTES[expected].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
+        assert md.plan == ROUTES[expected].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK, "bfloat16")
     assert list(builder.workspaces) == routing.routes_up_to(NUM_HEADS, MAX_TOKENS, "cpu") == ["triton"]
 
 
@@ -531,17 +531,18 @@ def test_builder_route_override(route):
     for num_tokens in (1, 7, MAX_TOKENS):
         md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
         assert md.route is ROUTES[route], f"T={num_tokens}: route expected {route}, got {md.route.name}"
-        assert md.plan == ROUTES[route].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK)
+        assert md.plan == ROUTES[route].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK, "bfloat16")
     assert list(builder.workspaces) == [route], "only the override's workspace expected"
 
 
+@pytest.mark.parametrize("cache_format", sorted(fmt.name for fmt in kv_cache_format.FORMATS))
 @pytest.mark.parametrize("name", sorted(ROUTES))
-def test_route_plans_are_frozen_and_depend_on_the_shape_only(name):
+def test_route_plans_are_frozen_and_depend_on_the_shape_only(name, cache_format):
     route = ROUTES[name]
     for num_tokens in (0, 1, 8, 300):
-        plan = route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK)
+        plan = route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK, cache_format)
         assert dataclasses.is_dataclass(plan) and plan.__dataclass_params__.frozen, f"{name}: plan expected frozen"
-        assert plan == route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK)
+        assert plan == route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK, cache_format)
 
 
 def test_workspaces_belong_to_the_builder_and_fit_every_step():

@@ -1,5 +1,8 @@
 """CPU: the decode kernel's launch plan and workspace sizing (sparse_mla.ops.decode), no GPU needed."""
 
+import dataclasses
+import itertools
+
 import pytest
 import torch
 
@@ -114,13 +117,34 @@ def test_plan_drops_empty_splits_and_rounds_to_chunks():
     assert decode.plan(1, 16, H200_SMS, ctas_per_sm=2).num_splits == 8  # topk / 256: one stage per CTA
 
 
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, fp8_splits, bf16_splits",
+    [
+        (47, 16, 5, 5),  # below FP8_THREE_CTAS_MIN_GROUPS: 2 CTAs per SM on both caches
+        (48, 16, 8, 5),  # from there on, fp8_ds_mla with 16 heads per CTA aims at 3
+        (96, 16, 4, 2),
+        (192, 16, 2, 1),
+        (300, 16, 1, 1),
+        (96, 32, 1, 1),  # 32 heads per CTA (wide kernel here) and 128: 3 CTAs would not fit, no change
+        (300, 32, 1, 1),
+        (96, 128, 1, 1),
+    ],
+)
+def test_fp8_plan_aims_at_three_ctas_per_sm_with_16_heads(num_tokens, num_heads, fp8_splits, bf16_splits):
+    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, fp8_ds_mla=True)
+    bf16 = decode.plan(num_tokens, num_heads, H200_SMS)
+    assert (fp8.num_splits, bf16.num_splits) == (fp8_splits, bf16_splits)
+    assert dataclasses.replace(fp8, num_splits=bf16.num_splits, positions_per_split=bf16.positions_per_split) == bf16
+
+
 @pytest.mark.parametrize("num_heads", [16, 128])
 def test_workspace_covers_every_planned_token_count(num_heads):
     ws = decode.DecodeWorkspace.for_max_tokens(600, num_heads, H200_SMS, torch.device("cpu"))
     for t in range(1, 601):
         for capacity in (None, h200_capacity):  # the planner on the CPU and on the H200
-            for cluster_size in (None,) + decode.CLUSTER_SIZES:
-                launch = decode.plan(t, num_heads, H200_SMS, cluster_capacity=capacity, cluster_size=cluster_size)
+            for cluster_size, fp8 in itertools.product((None,) + decode.CLUSTER_SIZES, (False, True)):
+                launch = decode.plan(t, num_heads, H200_SMS, cluster_capacity=capacity, cluster_size=cluster_size,
+                                     fp8_ds_mla=fp8)
                 assert ws.partial_out.numel() >= launch.partial_out_numel
                 assert ws.partial_lse.numel() >= launch.partial_lse_numel
                 assert ws.counters.numel() >= launch.counters_numel

@@ -312,7 +312,8 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
     num_sms = torch.cuda.get_device_properties(kv_cache.device).multi_processor_count
     launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm,
                          decode.cluster_capacity(torch.cuda.current_device()), FLAGS.decode_cluster_size,
-                         FLAGS.decode_cta_chunk, FLAGS.decode_head_tiles)
+                         FLAGS.decode_cta_chunk, FLAGS.decode_head_tiles,
+                         fp8_ds_mla=kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype)
     workspace = decode.DecodeWorkspace.for_plans([launch], kv_cache.device)
     b = c.batch
     return lambda: decode.sparse_mla_decode(

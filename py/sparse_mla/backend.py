@@ -270,7 +270,7 @@ class SparseMLAMetadata:
     kv_len_bound: torch.Tensor  # [T] int32 max(1, min(token_kv_len, topk)): bound of the attended keys
     cu_seqlens_q: torch.Tensor  # [T + 1] int32 = 0..T, every token its own query "sequence"
     route: Route  # the route serving this step (sparse_mla.routes)
-    plan: Any  # route.plan(T, N, SM count, K): the step's host decisions
+    plan: Any  # route.plan(T, N, SM count, K, cache format): the step's host decisions
     workspace: Any  # the route's persistent buffers, owned by the builder
     prepared: Any = None  # what route.prepare made of this step (FA3: page-table views, scheduler metadata)
 
@@ -408,7 +408,7 @@ class SparseMLAMetadataBuilder:
         route = ROUTES[name]
         step = _StepPlan(
             route=route,
-            plan=route.plan(num_tokens, self.num_heads, self.num_sms, self.index_topk),
+            plan=route.plan(num_tokens, self.num_heads, self.num_sms, self.index_topk, self.kv_cache_format.name),
             workspace=self.workspaces[name],
             tokens=self._cu_seqlens_q[:num_tokens],
             tokens_plus_one=self._cu_seqlens_q[1 : num_tokens + 1],

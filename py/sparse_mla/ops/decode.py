@@ -82,6 +82,16 @@ SMALL_CHUNK_MIN_GROUPS = 32
 fp8_ds_mla µs, N = 16, 32 vs 16 positions: T = 16 27.2 / 28.0 vs 33.4 / 32.0; T = 32 40.7 / 43.7 vs
 39.9 / 40.8; T = 128 122.4 / 134.6 vs 109.1 / 118.7."""
 
+FP8_THREE_CTAS_MIN_GROUPS = 48
+"""On the fp8_ds_mla cache, the first kernel with 16 heads per CTA (which fits 3 CTAs per SM: 80
+registers, < 76 KB of shared memory) aims at 3 CTAs per SM from ``T * head_groups`` of this many on,
+2 below. Measured on the H200, N = 16, the decode kernel alone, µs, 3 vs 2 CTAs per SM (release 9,
+call 73, two runs each): T = 32 49.0 vs 40.8 (call 71); T = 48 54.7 vs 56.8; T = 64 68.1 vs 67.0;
+T = 96 89.9 vs 118.1; T = 128 113.8 vs 118.4; T = 192 161.1 vs 216.5; T = 256..512 within 0.2 %. Two
+CTAs per SM leave whole SMs' worth of the wave empty where T does not divide 264 (T = 96: 2 splits of
+1024 positions, 192 CTAs). The bf16 cache keeps 2: 3 were slower at T = 16..128 (call 71: T = 128
+110.4 vs 108.4; T = 64 69.5 vs 63.0), where its rows fill the memory pipeline at 2."""
+
 WIDE_PADDED_TOKENS = (2, 128)
 """The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
 where at least half of its 64 query rows are padding, for ``T`` in this range (inclusive). Measured
@@ -162,6 +172,7 @@ def plan(
     cluster_size: Optional[int] = None,
     cta_chunk: Optional[int] = None,
     head_tiles: Optional[int] = None,
+    fp8_ds_mla: bool = False,
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
@@ -177,7 +188,8 @@ def plan(
     ``[1, min(64, topk / (cluster_size * cta_chunk))]``, then positions per split ``ceil(topk / s)``
     rounded up to that granule (and ``s`` reduced to the splits that still hold positions).
     ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` or on the wide kernel, and 2 above (measured with the first
-    release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv; not re-measured since). Example
+    release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv), except on the fp8_ds_mla cache
+    (``fp8_ds_mla``) with 16 heads per CTA from ``T * head_groups = FP8_THREE_CTAS_MIN_GROUPS`` on: 3. Example
     (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256 positions (64 CTAs of 32 positions),
     T = 8 → 4 splits of 512.
 
@@ -219,7 +231,8 @@ def plan(
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
     token_groups = max(num_tokens, 1) * head_groups
     if ctas_per_sm is None:
-        ctas_per_sm = 1 if token_groups <= 2 or wide else 2
+        three = fp8_ds_mla and head_tiles == 1 and token_groups >= FP8_THREE_CTAS_MIN_GROUPS
+        ctas_per_sm = 1 if token_groups <= 2 or wide else (3 if three else 2)
     if cluster_size is None:
         cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS and not wide else 1
     if cta_chunk is None:
@@ -302,8 +315,8 @@ class DecodeWorkspace:
         cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
         ctas_per_sm: Optional[int] = None,
     ) -> "DecodeWorkspace":
-        """Buffers for every token count ``1..max_tokens`` of :func:`plan`, with either cluster size and
-        either kernel.
+        """Buffers for every token count ``1..max_tokens`` of :func:`plan`, with either cluster size,
+        either kernel and either cache format.
 
         Only grids smaller than ``num_sms * ctas_per_sm`` CTAs split, so the buffers stay below
         ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200:
@@ -313,10 +326,11 @@ class DecodeWorkspace:
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
         plans = []
         for t in range(1, max_tokens + 1):
-            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, **shape) for shape in shapes]
+            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, fp8_ds_mla=fp8, **shape)
+                    for shape in shapes for fp8 in (False, True)]
             plans += step
-            if t > 2 and all(p.num_splits == 1 for p in step):
-                break  # more tokens never split again (the default CTAs per SM is fixed from T = 3 on)
+            if t >= FP8_THREE_CTAS_MIN_GROUPS and all(p.num_splits == 1 for p in step):
+                break  # more tokens never split again (the default CTAs per SM is fixed from there on)
         return cls.for_plans(plans, device)
 
 
@@ -327,7 +341,7 @@ def max_active_clusters(
     """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
     (``cudaOccupancyMaxActiveClusters``; for ``cluster_size`` 1, CTAs per SM times SMs; cached). Pass
     it to :func:`plan` as ``cluster_capacity``. Counted for the bf16 cache's kernel: the fp8_ds_mla one
-    stages 656-byte rows in less shared memory, so at least as many of its clusters fit and one plan
+    stages 656-byte rows in less shared memory, so at least as many of its clusters fit and one count
     serves both formats.
 
     Raises

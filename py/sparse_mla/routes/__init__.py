@@ -1,11 +1,12 @@
 """The attention routes a step can take, and what each one is made of.
 
 A route serves a whole step (``T`` padded query tokens of ``N`` heads) with one family of kernels. The
-metadata builder decides everything that depends only on ``(T, N, SM count, top-k)`` once per step, not
-once per layer; a route therefore is:
+metadata builder decides everything that depends only on ``(T, N, SM count, top-k, cache format)`` once
+per step, not once per layer; a route therefore is:
 
-* ``plan(num_tokens, num_heads, num_sms, topk) -> frozen dataclass``: the host decisions of a step
-  (split counts, launch configuration, workspace sizes); a pure function, memoized by the builder;
+* ``plan(num_tokens, num_heads, num_sms, topk, cache_format) -> frozen dataclass``: the host decisions of
+  a step (split counts, launch configuration, workspace sizes; ``cache_format`` the name of the builder's
+  KV-cache format); a pure function, memoized by the builder;
 * ``make_workspace(max_num_tokens, num_heads, num_sms, topk, device)``: the route's persistent device
   buffers, allocated once by the builder for its largest step (CUDA graphs see fixed addresses);
 * ``prepare(plan, workspace, metadata)``: device work done once per step in ``build`` (FA3: its
@@ -52,7 +53,7 @@ class Route:
     """One way of serving a step; see the module docstring for each function's contract."""
 
     name: str
-    plan: Callable[[int, int, int, int], Any]
+    plan: Callable[[int, int, int, int, str], Any]
     make_workspace: Callable[[int, int, int, int, torch.device], Any]
     run: Callable[..., None]
     prepare: Callable[[Any, Any, Any], Any] = _nothing_to_prepare

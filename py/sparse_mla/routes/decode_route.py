@@ -2,7 +2,7 @@
 (index translation, attention and split merge in one kernel; the wide kernel with several splits
 merges them in a second launch), reading the request-local top-k positions directly (no page table).
 
-Plan: :func:`sparse_mla.ops.decode.plan` of ``(T, N, SM count, top-k)``. Workspace: one
+Plan: :func:`sparse_mla.ops.decode.plan` of ``(T, N, SM count, top-k, cache format)``. Workspace: one
 :class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum (only grids
 of up to a wave of CTAs split, so it stays below ~17 MB on an H200). Where the op library is not built
 or the GPU is not Hopper, the routing falls back to FA3 (and from there to Triton).
@@ -12,16 +12,19 @@ from typing import Optional
 
 import torch
 
+from sparse_mla import kv_cache_format
 from sparse_mla.ops import decode
 
 is_available = decode.is_available
 
 
-def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> decode.DecodePlan:
-    """The launch plan of a step (:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM),
-    kept within one wave of clusters of the current CUDA device where the kernel runs here."""
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int, cache_format: str) -> decode.DecodePlan:
+    """The launch plan of a step (:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM for
+    ``cache_format``), kept within one wave of clusters of the current CUDA device where the kernel runs
+    here."""
     capacity = decode.cluster_capacity(torch.cuda.current_device()) if decode.is_available() else None
-    return decode.plan(num_tokens, num_heads, num_sms, topk, cluster_capacity=capacity)
+    return decode.plan(num_tokens, num_heads, num_sms, topk, cluster_capacity=capacity,
+                       fp8_ds_mla=cache_format == kv_cache_format.FP8_DS_MLA.name)
 
 
 def make_workspace(max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device) -> decode.DecodeWorkspace:

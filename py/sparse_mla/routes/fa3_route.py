@@ -25,8 +25,8 @@ class Plan:
     scheduler_metadata_size: int  # int32 entries of FA3's scheduler metadata; 0: none (T = 0)
 
 
-def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> Plan:
-    """Split count and scheduler-metadata size of a step."""
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int, cache_format: str) -> Plan:
+    """Split count and scheduler-metadata size of a step (``cache_format``: always bf16 here)."""
     return Plan(
         num_splits=fa3.choose_num_splits(num_tokens, num_heads, num_sms, topk),
         scheduler_metadata_size=fa3.scheduler_metadata_size(num_tokens) if num_tokens else 0,

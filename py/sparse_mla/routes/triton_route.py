@@ -14,8 +14,9 @@ import torch
 from sparse_mla.kernels import sparse_mla_attention as kernel
 
 
-def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int) -> kernel.LaunchPlan:
-    """The launch plan of a step (:func:`~sparse_mla.kernels.sparse_mla_attention.default_launch_config`)."""
+def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int, cache_format: str) -> kernel.LaunchPlan:
+    """The launch plan of a step (:func:`~sparse_mla.kernels.sparse_mla_attention.default_launch_config`;
+    the same for both cache formats)."""
     return kernel.plan_launch(num_heads, topk, kernel.default_launch_config(num_tokens, num_heads, num_sms, topk))
 
 
