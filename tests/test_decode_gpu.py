@@ -49,7 +49,7 @@ def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):
     """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
     num_tokens, num_heads = case.q_nope.shape[:2]
-    launch = launch or decode.plan(num_tokens, num_heads, _num_sms())
+    launch = launch or decode.plan(num_tokens, num_heads, _num_sms(), fp8_ds_mla=case.kv_cache.dtype == torch.uint8)
     workspace = workspace or decode.DecodeWorkspace.for_plans([launch], _device())
     if out is None:
         out, lse = testing.poisoned_outputs(num_tokens, num_heads, _device())
@@ -235,12 +235,12 @@ def _fp8_case(case):
 
 
 @pytest.mark.parametrize("num_tokens, num_heads",
-                         [(1, 16), (4, 16), (2, 32), (1, 128), (16, 16), (16, 48), (33, 7), (40, 128)])
+                         [(1, 16), (4, 16), (2, 32), (1, 128), (16, 16), (16, 48), (33, 7), (40, 128), (96, 16)])
 def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     """The fp8_ds_mla cache (uint8 [num_blocks, 64, 656]) against the reference on its dequantized values,
     with invalid entries; the planner's first-kernel configurations: clusters of 8 below T * head groups
     = 16 (32-position stages up to 4), then one CTA per split (32-position stages below 32, 16 from 32
-    on), and the wide kernel."""
+    on; 3 CTAs per SM from 48 on), and the wide kernel."""
     case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
                                                  pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     out, lse = run_decode(case)
