@@ -247,6 +247,22 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads}")
 
 
+@pytest.mark.parametrize("num_tokens, num_heads", [(160, 64), (80, 128)])
+def test_fp8_ds_mla_wide_grid_of_a_wave_and_a_tail_matches_reference(num_tokens, num_heads):
+    """fp8_ds_mla where the wide kernel's unsplit grid is a wave and a short tail (160 CTAs: 1.2 waves of
+    132 SMs, 1.4 of 114): the plan on this device's capacity, as the decode route makes it, splits it
+    (decode.FP8_WIDE_TAIL_MAX_WAVES), in a workspace sized by DecodeWorkspace.for_max_tokens."""
+    case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens,
+                                                 pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
+    capacity = decode.cluster_capacity(torch.cuda.current_device())
+    launch = decode.plan(num_tokens, num_heads, _num_sms(), cluster_capacity=capacity, fp8_ds_mla=True)
+    assert launch.head_tiles == decode.WIDE_HEAD_TILES and launch.num_splits > 1, launch
+    workspace = decode.DecodeWorkspace.for_max_tokens(num_tokens, num_heads, _num_sms(), _device(),
+                                                      cluster_capacity=capacity, fp8_ds_mla=True)
+    out, lse = run_decode(case, launch, workspace)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads} {launch}")
+
+
 @pytest.mark.parametrize(
     "cta_chunk, cluster_size, head_tiles",
     [(chunk, size, None) for chunk in decode.CTA_CHUNKS for size in decode.CLUSTER_SIZES]

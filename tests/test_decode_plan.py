@@ -1,7 +1,6 @@
 """CPU: the decode kernel's launch plan and workspace sizing (sparse_mla.ops.decode), no GPU needed."""
 
 import dataclasses
-import itertools
 
 import pytest
 import torch
@@ -137,18 +136,49 @@ def test_fp8_plan_aims_at_three_ctas_per_sm_with_16_heads(num_tokens, num_heads,
     assert dataclasses.replace(fp8, num_splits=bf16.num_splits, positions_per_split=bf16.positions_per_split) == bf16
 
 
-@pytest.mark.parametrize("num_heads", [16, 128])
-def test_workspace_covers_every_planned_token_count(num_heads):
-    ws = decode.DecodeWorkspace.for_max_tokens(600, num_heads, H200_SMS, torch.device("cpu"))
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, fp8_splits",
+    [
+        (96, 64, 1),  # the wide kernel's grid below one wave: the capped plan
+        (132, 64, 1),  # exactly one wave
+        (133, 64, 4),  # a wave and a short tail (FP8_WIDE_TAIL_MAX_WAVES): the wave model without the cap
+        (160, 64, 4),
+        (192, 64, 2),
+        (198, 64, 2),
+        (199, 64, 1),  # past 1.5 waves: the capped plan again
+        (66, 128, 1),
+        (67, 128, 4),
+        (96, 128, 2),
+        (100, 128, 1),
+        (200, 128, 1),
+    ],
+)
+def test_fp8_wide_plan_splits_a_short_second_wave(num_tokens, num_heads, fp8_splits):
+    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, fp8_ds_mla=True)
+    bf16 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity)
+    assert fp8.head_tiles == decode.WIDE_HEAD_TILES
+    assert (fp8.num_splits, bf16.num_splits) == (fp8_splits, 1)
+    assert decode.plan(num_tokens, num_heads, H200_SMS, fp8_ds_mla=True).num_splits == 1  # no capacity: no model
+
+
+@pytest.mark.parametrize("fp8_ds_mla", [False, True])
+@pytest.mark.parametrize("num_heads", [16, 64, 128])
+def test_workspace_covers_every_planned_token_count(num_heads, fp8_ds_mla):
+    ws = decode.DecodeWorkspace.for_max_tokens(600, num_heads, H200_SMS, torch.device("cpu"),
+                                               cluster_capacity=h200_capacity, fp8_ds_mla=fp8_ds_mla)
     for t in range(1, 601):
         for capacity in (None, h200_capacity):  # the planner on the CPU and on the H200
-            for cluster_size, fp8 in itertools.product((None,) + decode.CLUSTER_SIZES, (False, True)):
+            for cluster_size in (None,) + decode.CLUSTER_SIZES:
                 launch = decode.plan(t, num_heads, H200_SMS, cluster_capacity=capacity, cluster_size=cluster_size,
-                                     fp8_ds_mla=fp8)
+                                     fp8_ds_mla=fp8_ds_mla)
                 assert ws.partial_out.numel() >= launch.partial_out_numel
                 assert ws.partial_lse.numel() >= launch.partial_lse_numel
                 assert ws.counters.numel() >= launch.counters_numel
-    assert ws.partial_out.numel() * 4 <= 2 * H200_SMS * 32 * 512 * 4  # at most one wave of split partials
+    one_wave = H200_SMS * 64 * 512  # fp32 partial outputs of one wave of the wide kernel's CTAs (17.3 MB)
+    if fp8_ds_mla and num_heads > 32:  # FP8_WIDE_TAIL_MAX_WAVES: N = 64, T = 165 splits its 165 CTAs 4 ways
+        assert ws.partial_out.numel() <= 5 * one_wave  # 86.5 MB
+    else:
+        assert ws.partial_out.numel() <= one_wave  # at most one wave of split partials
     assert ws.partial_out.dtype == torch.float32 and ws.counters.dtype == torch.int32
     assert torch.count_nonzero(ws.counters) == 0
     unsplit = decode.plan(512, 16, H200_SMS)

@@ -382,7 +382,8 @@ class SparseMLAMetadataBuilder:
         names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens, self.device.type,
                                                                          self.kv_cache_format.name)
         self.workspaces: Dict[str, Any] = {
-            name: ROUTES[name].make_workspace(max_tokens, num_heads, self.num_sms, index_topk, self.device)
+            name: ROUTES[name].make_workspace(max_tokens, num_heads, self.num_sms, index_topk, self.device,
+                                              self.kv_cache_format.name)
             for name in names
         }
         self._steps: Dict[int, _StepPlan] = {}

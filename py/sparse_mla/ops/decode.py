@@ -92,6 +92,17 @@ CTAs per SM leave whole SMs' worth of the wave empty where T does not divide 264
 1024 positions, 192 CTAs). The bf16 cache keeps 2: 3 were slower at T = 16..128 (call 71: T = 128
 110.4 vs 108.4; T = 64 69.5 vs 63.0), where its rows fill the memory pipeline at 2."""
 
+FP8_WIDE_TAIL_MAX_WAVES = 1.5
+"""On the fp8_ds_mla cache, where the wide kernel's unsplit grid is more than one wave but at most this
+many (T * head_groups in (SMs, 1.5 SMs]: N = 64, T = 133..198; N = 128, T = 67..99), the plan lets
+the wave model choose the splits without the ``num_sms * ctas_per_sm`` cap, which would give 1 and
+leave a short second wave. Measured on the H200, the decode kernel alone, fp8 µs (release 9, call 75):
+N = 64, T = 160 246.4 (4 splits) vs 296.6 (1); T = 192 262.4 (2) vs 291.1; N = 128, T = 96 260.4 (2)
+vs 289.6. Outside the band the uncapped model was no better: N = 64, T = 96 (0.73 waves) 155.5 vs
+148.6; N = 128, T = 160 (2.4 waves) 426.1 vs 432.9; T = 200 (3 waves) 607.0 vs 572.4. The partial
+outputs of such a step exceed one wave's, up to five (N = 64, T = 165: 86.5 MB);
+:meth:`DecodeWorkspace.for_max_tokens` sizes for them."""
+
 WIDE_PADDED_TOKENS = (2, 128)
 """The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
 where at least half of its 64 query rows are padding, for ``T`` in this range (inclusive). Measured
@@ -198,7 +209,8 @@ def plan(
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
     suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
     the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
-    fewest splits among equals.
+    fewest splits among equals; on the fp8_ds_mla cache, where the wide kernel's unsplit grid is between
+    1 and :data:`FP8_WIDE_TAIL_MAX_WAVES` waves, up to 64.
 
     Raises
     ------
@@ -249,6 +261,10 @@ def plan(
             capacity = max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, positions))
             return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // cluster_size)
 
+        if fp8_ds_mla and wide:
+            unsplit_waves = token_groups / max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, chunks * granule))
+            if 1 < unsplit_waves <= FP8_WIDE_TAIL_MAX_WAVES:
+                splits = min(MAX_SPLITS, chunks)  # FP8_WIDE_TAIL_MAX_WAVES: no cap on the model's choice
         splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * granule
     return DecodePlan(
@@ -313,24 +329,31 @@ class DecodeWorkspace:
     @classmethod
     def for_max_tokens(
         cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
-        ctas_per_sm: Optional[int] = None,
+        ctas_per_sm: Optional[int] = None, cluster_capacity: Optional[Callable[[int, int, int, int], int]] = None,
+        fp8_ds_mla: bool = False,
     ) -> "DecodeWorkspace":
-        """Buffers for every token count ``1..max_tokens`` of :func:`plan`, with either cluster size,
-        either kernel and either cache format.
+        """Buffers for every token count ``1..max_tokens`` of :func:`plan` (without and, when given, with
+        ``cluster_capacity``) on the bf16 or (``fp8_ds_mla``) the fp8_ds_mla cache, with either cluster
+        size and either kernel.
 
-        Only grids smaller than ``num_sms * ctas_per_sm`` CTAs split, so the buffers stay below
-        ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes of partial outputs (~17 MB on the H200:
-        the wide kernel aims at one CTA per SM)."""
+        Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
+        ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
+        one CTA per SM). With ``cluster_capacity``, fp8_ds_mla's wide-kernel grids of 1 to
+        :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too: up to five waves' partials, 86.5 MB on the H200
+        (N = 64, T = 165: 4 splits of 165 CTAs)."""
         shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
         if _wide_serves(num_heads):
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
+        capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
         plans = []
         for t in range(1, max_tokens + 1):
-            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, fp8_ds_mla=fp8, **shape)
-                    for shape in shapes for fp8 in (False, True)]
+            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
+                    for shape in shapes for capacity in capacities]
             plans += step
-            if t >= FP8_THREE_CTAS_MIN_GROUPS and all(p.num_splits == 1 for p in step):
-                break  # more tokens never split again (the default CTAs per SM is fixed from there on)
+            # More tokens never split again once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS)
+            # and the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM.
+            if t >= max(FP8_THREE_CTAS_MIN_GROUPS, FP8_WIDE_TAIL_MAX_WAVES * num_sms) and all(p.num_splits == 1 for p in step):
+                break
         return cls.for_plans(plans, device)
 
 

@@ -7,8 +7,9 @@ per step, not once per layer; a route therefore is:
 * ``plan(num_tokens, num_heads, num_sms, topk, cache_format) -> frozen dataclass``: the host decisions of
   a step (split counts, launch configuration, workspace sizes; ``cache_format`` the name of the builder's
   KV-cache format); a pure function, memoized by the builder;
-* ``make_workspace(max_num_tokens, num_heads, num_sms, topk, device)``: the route's persistent device
-  buffers, allocated once by the builder for its largest step (CUDA graphs see fixed addresses);
+* ``make_workspace(max_num_tokens, num_heads, num_sms, topk, device, cache_format)``: the route's
+  persistent device buffers, allocated once by the builder for its largest step (CUDA graphs see fixed
+  addresses);
 * ``prepare(plan, workspace, metadata)``: device work done once per step in ``build`` (FA3: its
   tile-scheduler metadata); returns what ``run`` needs of it (``metadata.prepared``);
 * ``run(q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse)``: one layer's
@@ -54,7 +55,7 @@ class Route:
 
     name: str
     plan: Callable[[int, int, int, int, str], Any]
-    make_workspace: Callable[[int, int, int, int, torch.device], Any]
+    make_workspace: Callable[[int, int, int, int, torch.device, str], Any]
     run: Callable[..., None]
     prepare: Callable[[Any, Any, Any], Any] = _nothing_to_prepare
     is_available: Callable[[], Any] = _always_available  # truthy when the route runs here

@@ -27,9 +27,15 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int, cache_format:
                        fp8_ds_mla=cache_format == kv_cache_format.FP8_DS_MLA.name)
 
 
-def make_workspace(max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device) -> decode.DecodeWorkspace:
-    """Split-KV buffers for every step up to ``max_num_tokens``."""
-    return decode.DecodeWorkspace.for_max_tokens(max_num_tokens, num_heads, num_sms, device, topk)
+def make_workspace(
+    max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device, cache_format: str
+) -> decode.DecodeWorkspace:
+    """Split-KV buffers for every step up to ``max_num_tokens`` on a ``cache_format`` cache (the plans
+    :func:`plan` makes here)."""
+    capacity = decode.cluster_capacity(torch.cuda.current_device()) if decode.is_available() else None
+    return decode.DecodeWorkspace.for_max_tokens(max_num_tokens, num_heads, num_sms, device, topk,
+                                                 cluster_capacity=capacity,
+                                                 fp8_ds_mla=cache_format == kv_cache_format.FP8_DS_MLA.name)
 
 
 def run(

@@ -49,9 +49,9 @@ class Workspace:
 
     @classmethod
     def for_max_tokens(
-        cls, max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device
+        cls, max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device, cache_format: str
     ) -> "Workspace":
-        """``make_workspace`` of the route (the sizes do not depend on ``N`` or the SM count)."""
+        """``make_workspace`` of the route (the sizes do not depend on ``N``, the SM count or the cache format)."""
         return cls(max_num_tokens, topk, device)
 
 

@@ -21,9 +21,10 @@ def plan(num_tokens: int, num_heads: int, num_sms: int, topk: int, cache_format:
 
 
 def make_workspace(
-    max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device
+    max_num_tokens: int, num_heads: int, num_sms: int, topk: int, device: torch.device, cache_format: str
 ) -> kernel.SplitWorkspace:
-    """The split-KV workspace of every step up to ``max_num_tokens`` (at most 17.3 MB on an H200)."""
+    """The split-KV workspace of every step up to ``max_num_tokens`` (at most 17.3 MB on an H200; the
+    same for both cache formats)."""
     return kernel.SplitWorkspace.for_max_tokens(max_num_tokens, num_heads, device, topk, num_sms=num_sms)
 
 
