@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 import torch
 
-from sparse_mla import testing
+from sparse_mla import kv_cache_format, testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
 
@@ -49,7 +49,7 @@ def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):
     """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
     num_tokens, num_heads = case.q_nope.shape[:2]
-    launch = launch or decode.plan(num_tokens, num_heads, _num_sms(), fp8_ds_mla=case.kv_cache.dtype == torch.uint8)
+    launch = launch or decode.plan(num_tokens, num_heads, _num_sms(), fp8_ds_mla=case.kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype)
     workspace = workspace or decode.DecodeWorkspace.for_plans([launch], _device())
     if out is None:
         out, lse = testing.poisoned_outputs(num_tokens, num_heads, _device())

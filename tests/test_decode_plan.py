@@ -124,8 +124,8 @@ def test_plan_drops_empty_splits_and_rounds_to_chunks():
         (96, 16, 4, 2),
         (192, 16, 2, 1),
         (300, 16, 1, 1),
-        (96, 32, 1, 1),  # 32 heads per CTA (wide kernel here) and 128: 3 CTAs would not fit, no change
-        (300, 32, 1, 1),
+        (96, 32, 1, 1),  # N = 32 and 128: the wide kernel (64 heads per CTA) or 32 heads per CTA (T = 300),
+        (300, 32, 1, 1),  # which do not fit 3 CTAs per SM: no change
         (96, 128, 1, 1),
     ],
 )
