@@ -24,7 +24,7 @@ Example
 
 import dataclasses
 import functools
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -256,14 +256,16 @@ def plan(
     splits = max(1, min(splits, MAX_SPLITS, chunks))
     if cluster_capacity is not None:
 
-        def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA)
+        def positions_and_capacity(s: int) -> Tuple[int, int]:  # a split's positions, clusters per wave
             positions = -(-chunks // s) * granule
-            capacity = max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, positions))
+            return positions, max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, positions))
+
+        def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA)
+            positions, capacity = positions_and_capacity(s)
             return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // cluster_size)
 
         if fp8_ds_mla and wide:
-            unsplit_waves = token_groups / max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, chunks * granule))
-            if 1 < unsplit_waves <= FP8_WIDE_TAIL_MAX_WAVES:
+            if 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES:
                 splits = min(MAX_SPLITS, chunks)  # FP8_WIDE_TAIL_MAX_WAVES: no cap on the model's choice
         splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * granule
