@@ -10,10 +10,10 @@
 //
 // Work decomposition
 // ------------------
-// 3 warpgroups, specialized (setmaxnreg moves registers from the producer to the consumers):
-//   - the producer (warpgroup 2) translates the split's positions to slots, gathers each 32-position
-//     stage with cp.async and, for fp8_ds_mla, dequantizes it to bf16, then announces the stage on a
-//     named barrier; the consumers release it on another once they have read it;
+// 4 warpgroups, specialized (setmaxnreg moves registers from the producers to the consumers):
+//   - the producers (warpgroups 2 and 3, 256 threads) translate the split's positions to slots, gather
+//     each 32-position stage with cp.async and, for fp8_ds_mla, dequantize it to bf16, then announce
+//     the stage on a named barrier; the consumers release it on another once they have read it;
 //   - consumer g (0, 1) owns c_kv columns [256 g, 256 g + 256) and k_rope columns [32 g, 32 g + 32),
 //     and its warp w (of 4) the 16 heads [16 w, 16 w + 16), the rows of its wgmma accumulators.
 // Per stage, each consumer computes:
@@ -23,21 +23,26 @@
 //     64-thread named barrier), so each holds the full scores in registers, in the accumulator layout;
 //   - an fp32 online softmax (base 2) in registers, row statistics shared by the 4 lanes of a row
 //     (quad shuffles); the probabilities become the register A operand of the next product;
-//   - out[:, cols] = alpha * out + P . c_kv[:, cols] on wgmma m64n256k16 (A = P from registers,
-//     B = the stage's c_kv read as an MN-major operand): 64 x 256 fp32 accumulators per warpgroup.
+//   - out[:, cols] = alpha * out + P . c_kv[:, cols] on two wgmma m64n128k16 per k-step (A = P from
+//     registers, B = the stage's c_kv read as an MN-major operand): 64 x 256 fp32 accumulators per
+//     warpgroup. One m64n256k16 would name all 128 accumulators of a lane in one instruction, more than
+//     the 128 registers a thread of a 512-thread CTA has at launch (ptxas error C7602).
 // Operands live in shared memory as "atoms" of 64 columns: [rows / 8][8 rows][128 bytes], the
 // 16-byte chunks of row r XOR-swizzled by r % 8 (wgmma's 128-byte swizzle, 1024-byte aligned). The
 // same staged c_kv is the K-major B of the scores (rows = positions) and the MN-major B of P . V
 // (rows = the k dimension).
 // Pipeline: bf16 slots are gathered straight into that layout (the 4 threads copying one slot hit
 // distinct bank groups), 3 operand stages, two in flight. fp8_ds_mla slots land as stored in a ring of
-// 4 half-stages (three in flight); the producer dequantizes each half into one of 2 operand stages
+// 4 half-stages (three in flight); the producers dequantize each half into one of 2 operand stages
 // while the consumers compute on the other, so the conversion is off the consumers' path.
-// Measured on the H200, N = 64, T = 128: bf16 134 µs, fp8 150 µs (results/2026-11-30-h200/release7/
-// README.md; 127 and 150 in release 6, 132 and 153 in release 5). Before the producer (all 8 warps
+// Measured on the H200, the decode kernel alone, bf16 / fp8 µs, two producer warpgroups vs one
+// (results/2026-11-30-h200/release10/README.md, call 77): N = 64, T = 128 125.6 / 145.7 vs 133.7 / 149.6;
+// T = 512 483 / 559 vs 513 / 579; N = 128, T = 512 932 / 1107 vs 1002 / 1133; T <= 16 within 1 µs or
+// faster. One producer: N = 64, T = 128 134 / 150 in release 7, 127 / 150 in release 6, 132 / 153 in
+// release 5. Before the producer (all 8 warps
 // gathering, dequantizing behind a barrier, then computing): 141 and 173; the same decomposition on
 // mma.sync took 183 and 211 (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
-// on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producer no slack.
+// on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producers no slack.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output (fp32, or bf16 from kBf16PartialMinSplits splits on) and LSE to the workspace, and a
 // second launch merges them (merge_splits_kernel:
@@ -58,10 +63,10 @@ namespace {
 constexpr int kHeads = kHeadTileRows * kHeadTiles;      // 64 heads per CTA: the wgmma M
 constexpr int kWarpgroups = 2;                          // consumers, each its half of the columns
 constexpr int kConsumerThreads = 128 * kWarpgroups;
-constexpr int kProducerThreads = 128;                   // one more warpgroup: gathers (and dequantizes)
+constexpr int kProducerThreads = 256;                   // two more warpgroups: gather (and dequantize)
 constexpr int kBlockThreads = kConsumerThreads + kProducerThreads;
-constexpr int kProducerRegisters = 56;                  // setmaxnreg: the producer gives registers away ...
-constexpr int kConsumerRegisters = 224;                 // ... to the consumers' 128 accumulators a lane
+constexpr int kProducerRegisters = 40;                  // setmaxnreg: the producers give registers away ...
+constexpr int kConsumerRegisters = 216;                 // ... to the consumers' 128 accumulators a lane
 static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536,
               "the register file of one SM");
 constexpr int kNopePerGroup = kKvLoraRank / kWarpgroups;  // 256 c_kv columns
@@ -75,7 +80,7 @@ constexpr int kStageBytes = kSlotAtoms * kStageAtomBytes;  // a bf16 operand sta
 constexpr int kQAtomBytes = kHeads * 128;               // one atom of the 64 query rows
 // Operand stages: bf16 slots are gathered straight into them (3: two chunks in flight while one is
 // consumed); fp8_ds_mla slots land as stored in a ring of half-chunk stages (kRawStages of kRawRows
-// slots: three half-chunks in flight while one is dequantized), and the producer dequantizes each
+// slots: three half-chunks in flight while one is dequantized), and the producers dequantize each
 // into one of 2 operand stages (one being filled while the consumers read the other).
 template <bool kFp8>
 constexpr int kOperandStages = kFp8 ? 2 : 3;
@@ -112,12 +117,12 @@ constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
 constexpr int kMergeUnroll = 16;
 static_assert(kHeads * kMergeCols / 4 == kThreads, "4 columns of the merge per thread");
 
-// Named barriers (0: unused, __syncthreads would need the producer too).
+// Named barriers (0: unused, __syncthreads would need the producers too).
 constexpr int kExchangeBarrier = 1;   // + head tile: the two warps holding the same heads (64 threads)
-constexpr int kFullBarrier = 5;       // + operand stage: the stage is filled (producer arrives, consumers wait)
-constexpr int kEmptyBarrier = 8;      // + operand stage: the stage is consumed (consumers arrive, producer waits)
+constexpr int kFullBarrier = 5;       // + operand stage: the stage is filled (producers arrive, consumers wait)
+constexpr int kEmptyBarrier = 8;      // + operand stage: the stage is consumed (consumers arrive, producers wait)
 constexpr int kConsumerBarrier = 11;  // the consumers' 256 threads
-constexpr int kProducerBarrier = 12;  // the producer's 128 threads
+constexpr int kProducerBarrier = 12;  // the producers' 256 threads
 
 // Byte offset of bf16 column `col` (a multiple of 8) of row `row` in an operand of `rows` rows stored
 // as atoms of 64 columns.
@@ -189,21 +194,17 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t a, u
       : "l"(a), "l"(b));
 }
 
-// d[64 x 256] += A . B on the warpgroup, A (64 x 16) in registers (mma.sync's A fragment of each
-// warp's 16 rows), B (16 x 256) MN-major in shared memory.
-__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+// d[64 x 128] += A . B on the warpgroup, A (64 x 16) in registers (mma.sync's A fragment of each
+// warp's 16 rows), B (16 x 128) MN-major in shared memory; d: 64 of a lane's accumulators.
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float* d, const uint32_t (&a)[4], uint64_t b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"  // p: accumulate into d
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
       "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-      "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -212,15 +213,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint3
         "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
@@ -234,7 +227,7 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
-// The producer on the bf16 cache: each chunk's slots straight into operand stage c % 3 (bf16 slots as
+// The producers on the bf16 cache: each chunk's slots straight into operand stage c % 3 (bf16 slots as
 // 9 atoms: 16-byte piece j -> chunk j % 8 of atom j / 8), two chunks in flight; a stage is refilled once
 // the consumers have released it.
 __device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const int* rows, unsigned char* operand,
@@ -259,13 +252,13 @@ __device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const 
   }
 }
 
-// The producer on the fp8_ds_mla cache: slots land as stored in the ring of kRawStages half-chunks
+// The producers on the fp8_ds_mla cache: slots land as stored in the ring of kRawStages half-chunks
 // (three in flight), and each half-chunk is dequantized into its 16 rows of operand stage c % 2 (c_kv
 // as bf16 atoms, k_rope copied into its atom); the stage is announced when both halves are in.
 __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const int* rows, unsigned char* operand,
                                             unsigned char* raw, int num_chunks) {
   constexpr int kStages = kOperandStages<true>;
-  constexpr int kPiecesPerThread = kRawRows * (kKvLoraRank / 16) / kProducerThreads;  // 4 of 16 c_kv values
+  constexpr int kPiecesPerThread = kRawRows * (kKvLoraRank / 16) / kProducerThreads;  // 2 of 16 c_kv values
   const int t = threadIdx.x % kProducerThreads;
   const int num_halves = 2 * num_chunks;
   auto issue = [&](int half) {
@@ -300,7 +293,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
       *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16 + 8, kCtaChunk)) =
           make_uint4(pairs[2].x, pairs[2].y, pairs[3].x, pairs[3].y);
     }
-    {  // k_rope: one 16-byte piece (8 values) per thread into the rope atom
+    if (t < kRawRows * kRopeDim / 8) {  // k_rope: one 16-byte piece (8 values) a thread, 128 of them, into the rope atom
       const int row = t % kRawRows, part = t / kRawRows;
       *reinterpret_cast<uint4*>(stage + kKvAtoms * kStageAtomBytes + atom_offset(first_row + row, part * 8, kCtaChunk)) =
           *reinterpret_cast<const uint4*>(slots + row * kFp8SlotBytes + kFp8RopeOffset + part * 16);
@@ -369,8 +362,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   const int positions = p.positions_per_split;
   const int num_chunks = positions / kCtaChunk;
 
-  // The producer: this split's positions -> global slot rows (masked entries -1), then the stages.
-  if (warpgroup == kWarpgroups) {
+  // The producers: this split's positions -> global slot rows (masked entries -1), then the stages.
+  if (warpgroup >= kWarpgroups) {
     setmaxnreg_dec<kProducerRegisters>();
     translate_positions<kProducerThreads>(p, token, split * positions, positions, rows);
     sync_named(kProducerBarrier, kProducerThreads);  // rows[] complete (the consumers see them behind kFullBarrier)
@@ -410,7 +403,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int s = chunk % kStages;
-    sync_named(kFullBarrier + s, kBlockThreads);  // the producer has filled stage s
+    sync_named(kFullBarrier + s, kBlockThreads);  // the producers have filled stage s
     const unsigned char* kv_atoms = operand + s * kStageBytes;  // c_kv, atoms 0..7
     const unsigned char* rope_atom = kv_atoms + kKvAtoms * kStageAtomBytes;
 
@@ -513,14 +506,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kCtaChunk / 16; ++kk)
-      wgmma_m64n256k16_rs(
-          out_acc, prob[kk],
-          smem_descriptor(kv_atoms + warpgroup * (kNopePerGroup / kAtomCols) * kStageAtomBytes + kk * 2 * 1024,
-                          kStageAtomBytes, 1024));
+#pragma unroll
+      for (int h = 0; h < 2; ++h)  // columns [128 h, 128 h + 128) of the warpgroup's 256 (C7602: see the top)
+        wgmma_m64n128k16_rs(
+            out_acc + 64 * h, prob[kk],
+            smem_descriptor(kv_atoms + (warpgroup * (kNopePerGroup / kAtomCols) + 2 * h) * kStageAtomBytes + kk * 2 * 1024,
+                            kStageAtomBytes, 1024));
     wgmma_commit();
     wgmma_wait_all();
     keep_in_registers(out_acc);
-    if (chunk + kStages < num_chunks) arrive_named(kEmptyBarrier + s, kBlockThreads);  // the producer may refill it
+    if (chunk + kStages < num_chunks) arrive_named(kEmptyBarrier + s, kBlockThreads);  // the producers may refill it
   }
 
   // 6. Normalize; write the output (one split) or this split's partial (several; the last CTA merges).

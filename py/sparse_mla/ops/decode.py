@@ -132,7 +132,7 @@ class DecodePlan:
     """Launch configuration of one call; depends only on :func:`plan`'s arguments.
 
     Grid: ``cluster_size x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads
-    (384 on the wide kernel: a producer warpgroup beside its two consumers).
+    (512 on the wide kernel: two producer warpgroups beside its two consumers).
     """
 
     num_tokens: int
