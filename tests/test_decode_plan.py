@@ -62,15 +62,19 @@ H200_CLUSTERS_PER_WAVE = {16: 45, 32: 15}
 """cudaOccupancyMaxActiveClusters of the kernel on the H200 by CTA stage size, 16 heads per CTA
 (2026-11-30, tools/decode_variants.sh: 80 registers, 65 / 130 KB of shared memory)."""
 
-H200_CTAS_PER_WAVE = {16: 3 * H200_SMS, 32: H200_SMS}
-"""The same for one CTA per split: 3 CTAs per SM with 16-position stages, 1 with 32 (shared memory)."""
+H200_CTAS_PER_WAVE = {(1, 16): 3 * H200_SMS, (1, 32): H200_SMS, (2, 16): 2 * H200_SMS, (2, 32): H200_SMS}
+"""The same for one CTA per split by (head tiles, stage size): 16 heads per CTA, 3 CTAs per SM with
+16-position stages, 1 with 32 (shared memory); 32 heads per CTA, 2 and 1 (registers, shared memory;
+the device's count in release 10's split sweeps: 264)."""
 
 
 def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
     assert head_tiles in decode.HEAD_TILES and positions_per_split % (cluster_size * cta_chunk) == 0
     if head_tiles == decode.WIDE_HEAD_TILES:
         return H200_SMS  # one CTA per SM (registers and shared memory)
-    return (H200_CLUSTERS_PER_WAVE if cluster_size == decode.CLUSTER_SIZE else H200_CTAS_PER_WAVE)[cta_chunk]
+    if cluster_size == decode.CLUSTER_SIZE:
+        return H200_CLUSTERS_PER_WAVE[cta_chunk]
+    return H200_CTAS_PER_WAVE[head_tiles, cta_chunk]
 
 
 @pytest.mark.parametrize(
@@ -161,8 +165,30 @@ def test_fp8_wide_plan_splits_a_short_second_wave(num_tokens, num_heads, fp8_spl
     assert decode.plan(num_tokens, num_heads, H200_SMS, fp8_ds_mla=True).num_splits == 1  # no capacity: no model
 
 
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, fp8_splits, bf16_splits",
+    [
+        (132, 16, 3, 2),  # 16 heads per CTA, one CTA per SM unsplit: the capped plan (3 and 2 CTAs per SM)
+        (133, 16, 5, 1),  # more CTAs than SMs (FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM): the wave model without the cap
+        (265, 16, 4, 1),
+        (400, 16, 4, 1),
+        (528, 16, 3, 1),  # 4 CTAs per SM
+        (529, 16, 1, 1),  # past them: the capped plan again
+        (132, 32, 2, 2),  # 32 heads per CTA
+        (140, 32, 5, 1),
+        (462, 32, 4, 1),
+        (529, 32, 1, 1),
+    ],
+)
+def test_fp8_narrow_plan_past_one_cta_per_sm_splits_without_the_cap(num_tokens, num_heads, fp8_splits, bf16_splits):
+    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, fp8_ds_mla=True)
+    bf16 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity)
+    assert fp8.head_tiles == decode.narrow_head_tiles(num_heads) and fp8.cluster_size == 1
+    assert (fp8.num_splits, bf16.num_splits) == (fp8_splits, bf16_splits)
+
+
 @pytest.mark.parametrize("fp8_ds_mla", [False, True])
-@pytest.mark.parametrize("num_heads", [16, 64, 128])
+@pytest.mark.parametrize("num_heads", [16, 32, 64, 128])
 def test_workspace_covers_every_planned_token_count(num_heads, fp8_ds_mla):
     ws = decode.DecodeWorkspace.for_max_tokens(600, num_heads, H200_SMS, torch.device("cpu"),
                                                cluster_capacity=h200_capacity, fp8_ds_mla=fp8_ds_mla)
@@ -175,8 +201,10 @@ def test_workspace_covers_every_planned_token_count(num_heads, fp8_ds_mla):
                 assert ws.partial_lse.numel() >= launch.partial_lse_numel
                 assert ws.counters.numel() >= launch.counters_numel
     one_wave = H200_SMS * 64 * 512  # fp32 partial outputs of one wave of the wide kernel's CTAs (17.3 MB)
-    if fp8_ds_mla and num_heads > 32:  # FP8_WIDE_TAIL_MAX_WAVES: N = 64, T = 165 splits its 165 CTAs 4 ways
-        assert ws.partial_out.numel() <= 5 * one_wave  # 86.5 MB
+    if fp8_ds_mla and num_heads > 16:  # FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM: N = 32, T = 462 splits 4 ways
+        assert ws.partial_out.numel() <= 7 * one_wave  # 121 MB (FP8_WIDE_TAIL_MAX_WAVES alone: 5 waves)
+    elif fp8_ds_mla:  # N = 16, T = 495, 4 splits
+        assert ws.partial_out.numel() <= 3.75 * one_wave  # 64.9 MB
     else:
         assert ws.partial_out.numel() <= one_wave  # at most one wave of split partials
     assert ws.partial_out.dtype == torch.float32 and ws.counters.dtype == torch.int32

@@ -95,13 +95,34 @@ CTAs per SM leave whole SMs' worth of the wave empty where T does not divide 264
 FP8_WIDE_TAIL_MAX_WAVES = 1.5
 """On the fp8_ds_mla cache, where the wide kernel's unsplit grid is more than one wave but at most this
 many (T * head_groups in (SMs, 1.5 SMs]: N = 64, T = 133..198; N = 128, T = 67..99), the plan lets
-the wave model choose the splits without the ``num_sms * ctas_per_sm`` cap, which would give 1 and
-leave a short second wave. Measured on the H200, the decode kernel alone, fp8 µs (release 9, call 75):
+the wave model choose the splits (up to :data:`UNCAPPED_MAX_SPLITS`) without the
+``num_sms * ctas_per_sm`` cap, which would give 1 and leave a short second wave. Measured on the H200, the decode kernel alone, fp8 µs (release 9, call 75):
 N = 64, T = 160 246.4 (4 splits) vs 296.6 (1); T = 192 262.4 (2) vs 291.1; N = 128, T = 96 260.4 (2)
 vs 289.6. Outside the band the uncapped model was no better: N = 64, T = 96 (0.73 waves) 155.5 vs
 148.6; N = 128, T = 160 (2.4 waves) 426.1 vs 432.9; T = 200 (3 waves) 607.0 vs 572.4. The partial
 outputs of such a step exceed one wave's, up to five (N = 64, T = 165: 86.5 MB);
 :meth:`DecodeWorkspace.for_max_tokens` sizes for them."""
+
+FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM = 4
+"""On the fp8_ds_mla cache, where the first kernel's unsplit grid (one CTA per split, 16 or 32 heads per
+CTA) has more CTAs than the device has SMs but at most this many per SM (T * head_groups in
+(SMs, 4 SMs]: N <= 32, T = 133..528 on the H200), the plan lets the wave model choose the splits
+without the ``num_sms * ctas_per_sm`` cap, which gives 1 split there. Measured on the H200, the
+decode kernel alone, fp8_ds_mla µs at every split count 1..8 (results/2026-11-30-h200/release10/
+README.md, calls 79..81; N = 16 at 37 and N = 32 at 21 values of T in the band): the capped plan took
+9.7 % (N = 16) and 8.5 % (N = 32) longer than the best split count on average, up to 23 % (N = 16,
+T = 265: 1 split 303.9, 4 splits 247.5) and 32 % (N = 32, T = 140: 274.8 vs 208.2, 5 splits); the
+uncapped wave model's choice 1.4 % and 1.6 %, up to 10 % and 14 %. It is slower than the capped plan
+at 6 of the 58 points: N = 32, T = 220 by 14 % (6 splits, 323.5 vs 283.8), T = 360 / 384 / 450 by
+3-5 %, N = 16, T = 245 / 256 by 1-2 %. Past 4 CTAs per SM the gains fade (N = 16, T = 950: 3 %; N = 32,
+T = 528 and 600: none), and more splits would only enlarge the workspace (in the band up to 121 MB of
+partial outputs: N = 32, T = 462, 4 splits)."""
+
+UNCAPPED_MAX_SPLITS = 8
+"""The most splits the wave model weighs where it runs without the cap
+(:data:`FP8_WIDE_TAIL_MAX_WAVES`, :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`): on the H200 it never
+chooses more in either band (at most 4 and 8 splits), and each count it weighs costs host time on
+every step (the 64 counts of release 9 took ~78 µs a plan at N = 64, T = 160)."""
 
 WIDE_PADDED_TOKENS = (2, 128)
 """The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
@@ -209,8 +230,10 @@ def plan(
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
     suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
     the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
-    fewest splits among equals; on the fp8_ds_mla cache, where the wide kernel's unsplit grid is between
-    1 and :data:`FP8_WIDE_TAIL_MAX_WAVES` waves, up to 64.
+    fewest splits among equals; on the fp8_ds_mla cache up to :data:`UNCAPPED_MAX_SPLITS` instead where
+    the wide kernel's unsplit grid is between 1 and :data:`FP8_WIDE_TAIL_MAX_WAVES` waves, and where the
+    first kernel's (one CTA per split) has between 1 and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`
+    CTAs per SM.
 
     Raises
     ------
@@ -264,9 +287,13 @@ def plan(
             positions, capacity = positions_and_capacity(s)
             return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // cluster_size)
 
-        if fp8_ds_mla and wide:
-            if 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES:
-                splits = min(MAX_SPLITS, chunks)  # FP8_WIDE_TAIL_MAX_WAVES: no cap on the model's choice
+        if fp8_ds_mla and cluster_size == 1:  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+            if wide:
+                uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES
+            else:
+                uncapped = 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+            if uncapped:
+                splits = min(UNCAPPED_MAX_SPLITS, chunks)
         splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * granule
     return DecodePlan(
@@ -341,8 +368,10 @@ class DecodeWorkspace:
         Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
         ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
         one CTA per SM). With ``cluster_capacity``, fp8_ds_mla's wide-kernel grids of 1 to
-        :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too: up to five waves' partials, 86.5 MB on the H200
-        (N = 64, T = 165: 4 splits of 165 CTAs)."""
+        :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too, up to five waves' partials (86.5 MB on the H200:
+        N = 64, T = 165, 4 splits of 165 CTAs), and so do the first kernel's of 1 to
+        :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
+        N = 32: 121 MB at T = 462, 4 splits)."""
         shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
         if _wide_serves(num_heads):
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
@@ -352,9 +381,11 @@ class DecodeWorkspace:
             step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
                     for shape in shapes for capacity in capacities]
             plans += step
-            # More tokens never split again once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS)
-            # and the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM.
-            if t >= max(FP8_THREE_CTAS_MIN_GROUPS, FP8_WIDE_TAIL_MAX_WAVES * num_sms) and all(p.num_splits == 1 for p in step):
+            # More tokens never split again once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS),
+            # the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM and the
+            # first kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
+            last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
+            if t >= max(FP8_THREE_CTAS_MIN_GROUPS, last_band) and all(p.num_splits == 1 for p in step):
                 break
         return cls.for_plans(plans, device)
 
