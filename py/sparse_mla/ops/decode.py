@@ -107,22 +107,31 @@ FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM = 4
 """On the fp8_ds_mla cache, where the first kernel's unsplit grid (one CTA per split, 16 or 32 heads per
 CTA) has more CTAs than the device has SMs but at most this many per SM (T * head_groups in
 (SMs, 4 SMs]: N <= 32, T = 133..528 on the H200), the plan lets the wave model choose the splits
-without the ``num_sms * ctas_per_sm`` cap, which gives 1 split there. Measured on the H200, the
-decode kernel alone, fp8_ds_mla µs at every split count 1..8 (results/2026-11-30-h200/release10/
-README.md, calls 79..81; N = 16 at 37 and N = 32 at 21 values of T in the band): the capped plan took
-9.7 % (N = 16) and 8.5 % (N = 32) longer than the best split count on average, up to 23 % (N = 16,
-T = 265: 1 split 303.9, 4 splits 247.5) and 32 % (N = 32, T = 140: 274.8 vs 208.2, 5 splits); the
-uncapped wave model's choice 1.4 % and 1.6 %, up to 10 % and 14 %. It is slower than the capped plan
-at 6 of the 58 points: N = 32, T = 220 by 14 % (6 splits, 323.5 vs 283.8), T = 360 / 384 / 450 by
-3-5 %, N = 16, T = 245 / 256 by 1-2 %. Past 4 CTAs per SM the gains fade (N = 16, T = 950: 3 %; N = 32,
-T = 528 and 600: none), and more splits would only enlarge the workspace (in the band up to 121 MB of
-partial outputs: N = 32, T = 462, 4 splits)."""
+(with :data:`UNCAPPED_SPLIT_COST_PER_HEAD`) without the ``num_sms * ctas_per_sm`` cap, which gives 1
+split there. Measured on the H200, the decode kernel alone, fp8_ds_mla µs at every split count 1..8
+(results/2026-11-30-h200/release10/README.md, calls 79..81; N = 16 at 37 and N = 32 at 21 values of T
+in the band): the capped plan took 9.7 % (N = 16) and 8.5 % (N = 32) longer than the best split count
+on average, up to 23 % (N = 16, T = 265: 1 split 303.9, 4 splits 247.5) and 32 % (N = 32, T = 140:
+274.8 vs 208.2, 5 splits); the uncapped model's choice 1.4 % and 0.8 %, up to 10 % and 4.8 %. It is
+slower than the capped plan at 4 of the 58 points: N = 32, T = 360 / 384 by 3-5 %, N = 16, T = 245 /
+256 by 1-2 %. Past 4 CTAs per SM the gains fade (N = 16, T = 950: 3 %; N = 32, T = 528 and 600: none),
+and more splits would only enlarge the workspace (in the band up to 86.5 MB of partial outputs: N = 32,
+T = 440, 3 splits)."""
 
 UNCAPPED_MAX_SPLITS = 8
 """The most splits the wave model weighs where it runs without the cap
 (:data:`FP8_WIDE_TAIL_MAX_WAVES`, :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`): on the H200 it never
 chooses more in either band (at most 4 and 8 splits), and each count it weighs costs host time on
 every step (the 64 counts of release 9 took ~78 µs a plan at N = 64, T = 160)."""
+
+UNCAPPED_SPLIT_COST_PER_HEAD = 1
+"""Where the wave model runs without the cap, it also charges every split beyond the first this many
+positions per head of a CTA (its partial output, written and merged again: 16 to 64 positions per
+CTA). Fitted to the first kernel's split sweeps on the H200 (release 10, calls 79..81), the uncapped
+model's choice over the 21 values of T in the band at N = 32 took 0.8 % longer than the best split count
+on average and 4.8 % at most (without the charge 1.6 % and 14 %: T = 220, 6 splits, 323.5 µs vs 283.8
+unsplit; about the same from 1 to 2 per head); at N = 16 1.4 % with or without it (it changes the
+choice only at T = 317..330), and the wide kernel's choices in its band are the same."""
 
 WIDE_PADDED_TOKENS = (2, 128)
 """The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
@@ -230,7 +239,8 @@ def plan(
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
     suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
     the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
-    fewest splits among equals; on the fp8_ds_mla cache up to :data:`UNCAPPED_MAX_SPLITS` instead where
+    fewest splits among equals; on the fp8_ds_mla cache up to :data:`UNCAPPED_MAX_SPLITS` instead (and
+    with :data:`UNCAPPED_SPLIT_COST_PER_HEAD`) where
     the wide kernel's unsplit grid is between 1 and :data:`FP8_WIDE_TAIL_MAX_WAVES` waves, and where the
     first kernel's (one CTA per split) has between 1 and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`
     CTAs per SM.
@@ -283,17 +293,21 @@ def plan(
             positions = -(-chunks // s) * granule
             return positions, max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, positions))
 
-        def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA)
-            positions, capacity = positions_and_capacity(s)
-            return -(-token_groups * s // capacity) * (WAVE_COST_IN_POSITIONS + positions // cluster_size)
-
-        if fp8_ds_mla and cluster_size == 1:  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+        uncapped = False  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+        if fp8_ds_mla and cluster_size == 1:
             if wide:
                 uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES
             else:
                 uncapped = 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
-            if uncapped:
-                splits = min(UNCAPPED_MAX_SPLITS, chunks)
+        split_cost = UNCAPPED_SPLIT_COST_PER_HEAD * HEAD_TILE_ROWS * head_tiles if uncapped else 0
+
+        def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA + a split's cost)
+            positions, capacity = positions_and_capacity(s)
+            per_cta = WAVE_COST_IN_POSITIONS + positions // cluster_size + (split_cost if s > 1 else 0)
+            return -(-token_groups * s // capacity) * per_cta
+
+        if uncapped:
+            splits = min(UNCAPPED_MAX_SPLITS, chunks)
         splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * granule
     return DecodePlan(
@@ -371,7 +385,7 @@ class DecodeWorkspace:
         :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too, up to five waves' partials (86.5 MB on the H200:
         N = 64, T = 165, 4 splits of 165 CTAs), and so do the first kernel's of 1 to
         :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
-        N = 32: 121 MB at T = 462, 4 splits)."""
+        N = 32: 86.5 MB at T = 440, 3 splits)."""
         shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
         if _wide_serves(num_heads):
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))

@@ -5,7 +5,7 @@ merges them in a second launch), reading the request-local top-k positions direc
 Plan: :func:`sparse_mla.ops.decode.plan` of ``(T, N, SM count, top-k, cache format)``. Workspace: one
 :class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum (grids of up
 to a wave of CTAs split, so it stays below ~17 MB on an H200; on the fp8_ds_mla cache the wide kernel's
-grids of up to 1.5 waves and the first kernel's of up to 4 CTAs per SM split too, up to 121 MB). Where
+grids of up to 1.5 waves and the first kernel's of up to 4 CTAs per SM split too, up to 86.5 MB). Where
 the op library is not built or the GPU is not Hopper, the routing falls back to FA3 (and from there to
 Triton).
 """
