@@ -121,8 +121,9 @@ T = 440, 3 splits)."""
 UNCAPPED_MAX_SPLITS = 8
 """The most splits the wave model weighs where it runs without the cap
 (:data:`FP8_WIDE_TAIL_MAX_WAVES`, :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`): on the H200 it never
-chooses more in either band (at most 4 and 8 splits), and each count it weighs costs host time on
-every step (the 64 counts of release 9 took ~78 µs a plan at N = 64, T = 160)."""
+chooses more in either band (at most 4 and 8 splits), and each count it weighs costs host time
+whenever a plan is made (a builder plans each T once, and every T when it sizes its workspace): the
+64 counts of release 9 took ~78 µs a plan at N = 64, T = 160 (our CPU machine, a Python capacity)."""
 
 UNCAPPED_SPLIT_COST_PER_HEAD = 1
 """Where the wave model runs without the cap, it also charges every split beyond the first this many
