@@ -114,9 +114,9 @@ in the band): the capped plan took 9.7 % (N = 16) and 8.5 % (N = 32) longer than
 on average, up to 23 % (N = 16, T = 265: 1 split 303.9, 4 splits 247.5) and 32 % (N = 32, T = 140:
 274.8 vs 208.2, 5 splits); the uncapped model's choice 1.4 % and 0.8 %, up to 10 % and 4.8 %. It is
 slower than the capped plan at 4 of the 58 points: N = 32, T = 360 / 384 by 3-5 %, N = 16, T = 245 /
-256 by 1-2 %. Past 4 CTAs per SM the gains fade (N = 16, T = 950: 3 %; N = 32, T = 528 and 600: none),
-and more splits would only enlarge the workspace (in the band up to 86.5 MB of partial outputs: N = 32,
-T = 440, 3 splits)."""
+256 by 1-2 %. Past 4 CTAs per SM the model's choice is mixed (N = 16, T = 530..1024 with a band of 8:
+2-8 % faster at 8 of 14 points, 2-5 % slower at 4) and the partial outputs would grow past the 86.5 MB
+the band needs at most (N = 32, T = 440, 3 splits) to 111 MB (N = 16, T = 850)."""
 
 UNCAPPED_MAX_SPLITS = 8
 """The most splits the wave model weighs where it runs without the cap
