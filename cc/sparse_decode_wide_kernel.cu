@@ -39,9 +39,9 @@
 // (results/2026-11-30-h200/release10/README.md, call 77): N = 64, T = 128 125.6 / 145.7 vs 133.7 / 149.6;
 // T = 512 483 / 559 vs 513 / 579; N = 128, T = 512 932 / 1107 vs 1002 / 1133; T <= 16 within 1 µs or
 // faster. One producer: N = 64, T = 128 134 / 150 in release 7, 127 / 150 in release 6, 132 / 153 in
-// release 5. Before the producer (all 8 warps
-// gathering, dequantizing behind a barrier, then computing): 141 and 173; the same decomposition on
-// mma.sync took 183 and 211 (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
+// release 5. Before the producer (all 8 warps gathering, dequantizing behind a barrier, then
+// computing): 141 and 173; the same decomposition on mma.sync took 183 and 211
+// (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
 // on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producers no slack.
 // Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
 // partial output (fp32, or bf16 from kBf16PartialMinSplits splits on) and LSE to the workspace, and a
@@ -293,7 +293,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
       *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16 + 8, kCtaChunk)) =
           make_uint4(pairs[2].x, pairs[2].y, pairs[3].x, pairs[3].y);
     }
-    if (t < kRawRows * kRopeDim / 8) {  // k_rope: one 16-byte piece (8 values) a thread, 128 of them, into the rope atom
+    if (t < kRawRows * kRopeDim / 8) {  // k_rope: one 16-byte piece (8 values) a thread (128 threads) into its atom
       const int row = t % kRawRows, part = t / kRawRows;
       *reinterpret_cast<uint4*>(stage + kKvAtoms * kStageAtomBytes + atom_offset(first_row + row, part * 8, kCtaChunk)) =
           *reinterpret_cast<const uint4*>(slots + row * kFp8SlotBytes + kFp8RopeOffset + part * 16);
@@ -508,10 +508,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     for (int kk = 0; kk < kCtaChunk / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < 2; ++h)  // columns [128 h, 128 h + 128) of the warpgroup's 256 (C7602: see the top)
-        wgmma_m64n128k16_rs(
-            out_acc + 64 * h, prob[kk],
-            smem_descriptor(kv_atoms + (warpgroup * (kNopePerGroup / kAtomCols) + 2 * h) * kStageAtomBytes + kk * 2 * 1024,
-                            kStageAtomBytes, 1024));
+        wgmma_m64n128k16_rs(out_acc + 64 * h, prob[kk],
+                            smem_descriptor(kv_atoms + (warpgroup * kNopePerGroup / kAtomCols + 2 * h) * kStageAtomBytes +
+                                                kk * 2 * 1024,
+                                            kStageAtomBytes, 1024));
     wgmma_commit();
     wgmma_wait_all();
     keep_in_registers(out_acc);

@@ -94,13 +94,13 @@ CTAs per SM leave whole SMs' worth of the wave empty where T does not divide 264
 
 FP8_WIDE_TAIL_MAX_WAVES = 1.5
 """On the fp8_ds_mla cache, where the wide kernel's unsplit grid is more than one wave but at most this
-many (T * head_groups in (SMs, 1.5 SMs]: N = 64, T = 133..198; N = 128, T = 67..99), the plan lets
-the wave model choose the splits (up to :data:`UNCAPPED_MAX_SPLITS`) without the
-``num_sms * ctas_per_sm`` cap, which would give 1 and leave a short second wave. Measured on the H200, the decode kernel alone, fp8 µs (release 9, call 75):
-N = 64, T = 160 246.4 (4 splits) vs 296.6 (1); T = 192 262.4 (2) vs 291.1; N = 128, T = 96 260.4 (2)
-vs 289.6. Outside the band the uncapped model was no better: N = 64, T = 96 (0.73 waves) 155.5 vs
-148.6; N = 128, T = 160 (2.4 waves) 426.1 vs 432.9; T = 200 (3 waves) 607.0 vs 572.4. The partial
-outputs of such a step exceed one wave's, up to five (N = 64, T = 165: 86.5 MB);
+many (T * head_groups in (SMs, 1.5 SMs]: N = 64, T = 133..198; N = 128, T = 67..99), the plan lets the
+wave model choose the splits (up to :data:`UNCAPPED_MAX_SPLITS`) without the ``num_sms * ctas_per_sm``
+cap, which would give 1 and leave a short second wave. Measured on the H200, the decode kernel alone,
+fp8 µs (release 9, call 75): N = 64, T = 160 246.4 (4 splits) vs 296.6 (1); T = 192 262.4 (2) vs 291.1;
+N = 128, T = 96 260.4 (2) vs 289.6. Outside the band the uncapped model was no better: N = 64, T = 96
+(0.73 waves) 155.5 vs 148.6; N = 128, T = 160 (2.4 waves) 426.1 vs 432.9; T = 200 (3 waves) 607.0 vs
+572.4. The partial outputs of such a step exceed one wave's, up to five (N = 64, T = 165: 86.5 MB);
 :meth:`DecodeWorkspace.for_max_tokens` sizes for them."""
 
 FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM = 4
@@ -240,11 +240,11 @@ def plan(
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
     suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
     the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
-    fewest splits among equals; on the fp8_ds_mla cache up to :data:`UNCAPPED_MAX_SPLITS` instead (and
-    with :data:`UNCAPPED_SPLIT_COST_PER_HEAD`) where
-    the wide kernel's unsplit grid is between 1 and :data:`FP8_WIDE_TAIL_MAX_WAVES` waves, and where the
-    first kernel's (one CTA per split) has between 1 and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`
-    CTAs per SM.
+    fewest splits among equals. On the fp8_ds_mla cache the count goes up to
+    :data:`UNCAPPED_MAX_SPLITS` instead, each split beyond the first charged
+    :data:`UNCAPPED_SPLIT_COST_PER_HEAD`, where the wide kernel's unsplit grid is between 1 and
+    :data:`FP8_WIDE_TAIL_MAX_WAVES` waves and where the first kernel's (one CTA per split) has between 1
+    and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM.
 
     Raises
     ------
