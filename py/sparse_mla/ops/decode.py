@@ -391,16 +391,18 @@ class DecodeWorkspace:
         if _wide_serves(num_heads):
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
         capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
+        # More tokens never split again once a step's plans do not: on the bf16 cache from there on; on the
+        # fp8_ds_mla cache once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide
+        # kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM and the first
+        # kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
+        last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
+        min_tokens = max(FP8_THREE_CTAS_MIN_GROUPS, last_band) if fp8_ds_mla else 0
         plans = []
         for t in range(1, max_tokens + 1):
             step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
                     for shape in shapes for capacity in capacities]
             plans += step
-            # More tokens never split again once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS),
-            # the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM and the
-            # first kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
-            last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
-            if t >= max(FP8_THREE_CTAS_MIN_GROUPS, last_band) and all(p.num_splits == 1 for p in step):
+            if t >= min_tokens and all(p.num_splits == 1 for p in step):
                 break
         return cls.for_plans(plans, device)
 
