@@ -69,6 +69,14 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
+// The transpose of an 8 x 8 bf16 matrix held as an mma fragment (lane l: row l / 4, columns 2 (l % 4)
+// and + 1 in one register), in the same layout.
+__device__ __forceinline__ uint32_t transpose_8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* row, int col, bool valid) {
   return valid ? __ldg(reinterpret_cast<const uint32_t*>(row + col)) : 0u;
 }

@@ -35,14 +35,17 @@
 //
 // Cache formats: bf16 slots (1152 bytes) are staged as they are and read by the tensor-core code
 // directly. fp8_ds_mla slots (656 bytes: 512 e4m3 c_kv values, 4 fp32 scales of 128 values, 64 bf16
-// k_rope) are staged as they are too (0.57x the bytes gathered); warp w dequantizes its 64 c_kv
+// k_rope) are staged as they are too (0.57x the bytes gathered), in a skewed 768-byte pitch that keeps
+// step 4's shared-memory reads free of bank conflicts (fp8_row_skew). Warp w dequantizes its 64 c_kv
 // columns in registers as it loads them as keys (e4m3 -> f16 exactly, times the group's scale,
-// rounded to bf16) and leaves them in its columns of a bf16 tile, from which it reads them again as
-// values: no extra pass, no extra barrier, ~6 more instructions per pair of values. Its query
-// fragments take the warp's columns in a permuted k order, so that a lane's keys of a row are 16
-// consecutive bytes, loaded at once (one 16-byte load for eight 2-byte ones, one 8-byte store for two
-// 4-byte ones per k-step): N = 16, T = 1 / 4: 10.9 / 14.8 µs vs 11.2 / 15.3, N = 32, T = 1: 14.0 vs
-// 14.8 on the H200 (results/2026-11-30-h200/release8/README.md, call 62).
+// rounded to bf16) and keeps them in registers as values: each key fragment, transposed in registers
+// (movmatrix), is a B fragment of P . c_kv. No bf16 copy of c_kv in shared memory, no extra pass, no
+// extra barrier. Its query fragments take the warp's columns in a permuted k order, so that a lane's
+// keys of a row are 16 consecutive bytes, loaded at once (one 16-byte load for eight 2-byte ones); its
+// output columns come out in the same order. Against release 10's bf16 tile in shared memory (written
+// with 2-way bank conflicts and read back with ldmatrix) and 672-byte pitch, on the H200: N = 16,
+// T = 8 / 128 / 512: 21.0 / 107.5 / 389.2 µs vs 21.7 / 113.3 / 418.2
+// (results/2026-11-30-h200/release11/README.md, call 89).
 #include "cc/sparse_decode.h"
 
 #include <cooperative_groups.h>
@@ -64,9 +67,7 @@ constexpr int kStages = 3;
 constexpr int kColsPerWarp = kKvLoraRank / kWarps;            // 64 c_kv columns
 constexpr int kRopePerWarp = kRopeDim / kWarps;               // 8 k_rope columns
 constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged row: 1168 B, conflict-free
-constexpr int kTileStride = kKvLoraRank + 8;                  // bf16 per dequantized c_kv row: 1040 B (conflict-free
-                                                              // ldmatrix reads; the 8-byte stores conflict 2-way)
-constexpr int kFp8RowBytes = kFp8SlotBytes + 16;              // staged fp8_ds_mla row: 672 B
+constexpr int kFp8RowBytes = 768;                             // staged fp8_ds_mla row pitch (656 B + skew)
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
 constexpr int kMergeUnroll = 8;  // split partials the last CTA loads at once (registers: the kernel's 85 or 128 a thread)
 
@@ -75,15 +76,12 @@ static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64
 // Byte offsets of the dynamic shared memory of one CTA.
 struct SharedLayout {
   int kv, partial, prob, row_max, row_sum, row_alpha, lse, rows, total;
-  int tile;  // fp8_ds_mla: the chunk's c_kv dequantized to bf16, [cta_chunk][kTileStride] (bf16: unused)
   __host__ __device__ SharedLayout(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split) {
     const int heads = kHeadTileRows * head_tiles;
     kv = 0;                                  // ring [stages][cta_chunk] rows of kRowStride bf16 / kFp8RowBytes
     const int out = heads * kOutStride * 4;  // epilogue: [heads][kOutStride] fp32
     const int ring = kStages * cta_chunk * (fp8 ? kFp8RowBytes : kRowStride * 2);
-    tile = ring;
-    const int staged = ring + (fp8 ? cta_chunk * kTileStride * 2 : 0);
-    partial = kv + (staged > out ? staged : out);                  // [kWarps][heads][cta_chunk] fp32
+    partial = kv + (ring > out ? ring : out);                      // [kWarps][heads][cta_chunk] fp32
     prob = partial + kWarps * heads * cta_chunk * 4;               // [heads][cta_chunk + 8] bf16
     row_max = prob + heads * (cta_chunk + 8) * 2;                  // [heads] fp32 each
     row_sum = row_max + heads * 4;
@@ -94,6 +92,20 @@ struct SharedLayout {
   }
 };
 
+// Byte offset of staged row r in a ring stage. fp8_ds_mla rows (656 bytes) start fp8_row_skew(r) bytes
+// into their 768-byte pitch: 0, 64, 16, 80, 32, 96, 48, 112 (mod 128) for r = 0..7. So the shared-memory
+// reads of step 4 meet no bank conflicts: a quarter warp's 16-byte key loads (rows 2i and 2i + 1, 64
+// bytes each) cover the 32 banks once, and the scale and k_rope loads (rows 8i..8i + 7, 4 and 16
+// bytes each) fall in 8 distinct 16-byte bank groups. With a 672-byte pitch (32 mod 128) every one
+// of them conflicted 2-way (Nsight Compute, N = 16, T = 512: 31 % of all shared wavefronts excessive,
+// results/2026-11-30-h200/release11/README.md).
+__device__ __forceinline__ int fp8_row_skew(int r) { return (r & 1) * 64 + ((r >> 1) & 3) * 16; }
+
+template <bool kFp8>
+__device__ __forceinline__ int staged_row_offset(int r) {
+  return kFp8 ? r * kFp8RowBytes + fp8_row_skew(r) : r * kRowStride * 2;
+}
+
 // The two halves of a cluster-wide barrier (all threads of all ranks): release this thread's shared
 // memory writes, then acquire those every rank released before arriving.
 __device__ __forceinline__ void cluster_arrive() {
@@ -103,12 +115,14 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
 // CTAs per SM the register budget must allow (16 heads: 3 of <= 85 registers; 32 heads: 2 of 128):
-// the planner sizes its grid to the clusters one wave holds (max_active_clusters).
-template <int kHeadTiles>
-constexpr int kMinBlocksPerSm = kHeadTiles == 1 ? 3 : 2;
+// the planner sizes its grid to the clusters one wave holds (max_active_clusters). fp8_ds_mla with
+// 32-position stages holds 32 more registers of values (step 4) and gets the registers it needs: its
+// shared memory fits 2 CTAs per SM at most, 1 with 32 heads.
+template <int kHeadTiles, int kCtaChunk, bool kFp8>
+constexpr int kMinBlocksPerSm = kFp8 && kCtaChunk == 32 ? 1 : kHeadTiles == 1 ? 3 : 2;
 
 template <int kHeadTiles, int kCtaChunk, bool kFp8, int kCluster>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChunk, kFp8>)
     sparse_decode_kernel(const SparseDecodeParams p) {
   constexpr int kHeads = kHeadTileRows * kHeadTiles;
   constexpr int kProbStride = kCtaChunk + 8;  // bf16 probability row stride: conflict-free A fragments
@@ -173,11 +187,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
 
   // 3. Gather ring: chunk c's kCtaChunk whole slots, as stored, into stage c % kStages.
   constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
-  constexpr int kOperandStride = kFp8 ? kTileStride : kRowStride;  // bf16 per row of the c_kv operand
   auto issue_chunk = [&](int chunk) {
     unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
     gather_chunk<kCtaChunk, kFp8>(p, rows + chunk * kCtaChunk,
-                                  [=](int r, int part) { return stage + r * kStagedRowBytes + part * 16; });
+                                  [=](int r, int part) { return stage + staged_row_offset<kFp8>(r) + part * 16; });
   };
 
   const int num_chunks = positions / kCtaChunk;
@@ -197,14 +210,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     gather.wait_for(chunk);
     const unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
-    // bf16 operand rows of the probabilities . c_kv product: the stage itself (bf16 cache), or the
-    // tile this warp fills with its own dequantized columns while it computes the scores (fp8_ds_mla).
-    const auto* kv = reinterpret_cast<const __nv_bfloat16*>(kFp8 ? smem + layout.tile : stage);
+    const auto* kv = reinterpret_cast<const __nv_bfloat16*>(stage);  // bf16: keys and values as staged
+
+    // fp8_ds_mla: this warp's c_kv values of the chunk, dequantized, as the B fragments of step 6's
+    // P . c_kv (value_frag[nt][j]: positions 8 nt..8 nt + 7 of its n-tile j, see step 4).
+    [[maybe_unused]] uint32_t value_frag[kFp8 ? kCtaChunk / 8 : 1][8];
 
     // 4. Partial scores over this warp's 72 columns -> partial[warp]. fp8_ds_mla: each key fragment is
     //    dequantized from the staged bytes as it is loaded (its 64 columns share one scale, since
-    //    64 divides the scale group of 128) and stored into this warp's columns of the bf16 tile, which
-    //    only this warp reads, after the two CTA barriers below: no extra pass, no extra barrier.
+    //    64 divides the scale group of 128), and kept in registers as values: transposed (movmatrix),
+    //    the 8 x 8 block of the fragment's low or high pairs (8 positions x 8 columns) is the
+    //    B fragment of P . c_kv for those 8 columns, a k-half of 8 positions. No bf16 copy in shared
+    //    memory, no second read of it.
 #pragma unroll
     for (int nt = 0; nt < kCtaChunk / 8; ++nt) {
       float score[kHeadTiles][4];
@@ -215,9 +232,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
       const int row = nt * 8 + group;
       uint32_t b_rope;
       if constexpr (kFp8) {
-        const unsigned char* slot = stage + row * kStagedRowBytes;
+        const unsigned char* slot = stage + staged_row_offset<true>(row);
         const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[warp * kColsPerWarp / kFp8ScaleGroup];
-        auto* tile_row = reinterpret_cast<uint2*>(smem + layout.tile + row * kTileStride * 2);
         // This lane's 16 key bytes at once: columns 16 quad + 4 ks + {0, 1} are k-step ks's pair
         // (2 quad, +1) and + {2, 3} its pair (2 quad + 8, +9), as the query fragments were loaded (step 1).
         const int col0 = warp * kColsPerWarp + 16 * quad;
@@ -226,9 +242,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           const uint2 b = dequantize_word(words[ks], scale);
-          tile_row[(col0 + 4 * ks) / 4] = b;
 #pragma unroll
           for (int mt = 0; mt < kHeadTiles; ++mt) mma_m16n8k16(score[mt], q_nope_frag[mt][ks], b.x, b.y);
+          // n-tile 2 ks (+1): columns 16 i + 4 ks (+2) + {0, 1} of the warp's 64 for i = 0..7.
+          value_frag[nt][2 * ks] = transpose_8x8(b.x);
+          value_frag[nt][2 * ks + 1] = transpose_8x8(b.y);
         }
         b_rope = *reinterpret_cast<const uint32_t*>(slot + kFp8RopeOffset + (warp * kRopePerWarp + 2 * quad) * 2);
       } else {
@@ -310,9 +328,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
         const int position = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);  // lanes 0..15 address rows
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          uint32_t v_frag[2];
-          ldmatrix_x2_trans(v_frag, kv + position * kOperandStride + warp * kColsPerWarp + nt * 8);
-          mma_m16n8k16(out_acc[mt][nt], a, v_frag[0], v_frag[1]);
+          if constexpr (kFp8) {
+            mma_m16n8k16(out_acc[mt][nt], a, value_frag[2 * ks][nt], value_frag[2 * ks + 1][nt]);
+          } else {
+            uint32_t v_frag[2];
+            ldmatrix_x2_trans(v_frag, kv + position * kRowStride + warp * kColsPerWarp + nt * 8);
+            mma_m16n8k16(out_acc[mt][nt], a, v_frag[0], v_frag[1]);
+          }
         }
       }
     }
@@ -329,9 +351,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles>)
       const int h = mt * kHeadTileRows + group + half * 8;
       const float l = row_sum[h], inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<float2*>(cta_out + h * kOutStride + warp * kColsPerWarp + nt * 8 + 2 * quad) =
+      for (int nt = 0; nt < 8; ++nt) {
+        // n-tile nt's columns of this lane: 8 nt + 2 quad, +1 (bf16); 16 quad + 2 nt, +1 (fp8_ds_mla, step 4)
+        const int col = warp * kColsPerWarp + (kFp8 ? 16 * quad + 2 * nt : 8 * nt + 2 * quad);
+        *reinterpret_cast<float2*>(cta_out + h * kOutStride + col) =
             make_float2(out_acc[mt][nt][2 * half] * inv, out_acc[mt][nt][2 * half + 1] * inv);
+      }
     }
   for (int h = tid; h < kHeads; h += kThreads) {
     const float l = row_sum[h];
