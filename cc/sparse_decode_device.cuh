@@ -1,9 +1,9 @@
 // Building blocks of the decode kernels (cc/sparse_decode_kernel.cu: up to 32 heads per CTA,
 // cc/sparse_decode_wide_kernel.cu: 64): tensor-core and copy instructions, the fp8_ds_mla
 // dequantization, position -> slot translation, the slot gather, named barriers, the split merge and
-// the launcher; some serve one kernel only (the mma.sync and ldmatrix wrappers and the gather ring's
-// wait_for the first, the named-barrier arrive and the proxy fence the wide one). Included by those two
-// translation units only.
+// the launcher; some serve one kernel only (the mma.sync, ldmatrix and movmatrix wrappers the first,
+// the named-barrier arrive and the proxy fence the wide one). Included by those two translation units
+// only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -198,30 +198,18 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
     cp_async_16(destination(r, part), src + (row >= 0 ? part * 16 : 0), row >= 0);
 }
 
-// The cp.async ring of kStages gathered chunks: `issue(c)` copies chunk c into stage c % kStages.
-// start() issues the first kStages - 1 (both kernels); wait_for(c) returns when chunk c has landed for
-// every thread and every thread is done with chunk c - 1, after issuing chunk c + kStages - 1 into the
-// stage c - 1 freed (the first kernel: all its threads gather; the wide kernel's producer waits on
-// named barriers instead).
+// Starts a cp.async ring of kStages gathered chunks, `issue(c)` copying chunk c into stage c % kStages:
+// issues chunks 0..kStages - 2, one commit group each (empty past num_chunks). The kernel then commits
+// one group per chunk it takes on, so `cp_async_wait<kStages - 2>` finds the oldest chunk not yet
+// awaited landed (for this thread; a barrier makes it every thread's).
 template <int kStages, typename Issue>
-struct GatherRing {
-  Issue issue;
-  int num_chunks;
-
-  __device__ __forceinline__ void start() {
+__device__ __forceinline__ void start_gather_ring(const Issue& issue, int num_chunks) {
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_chunks) issue(s);
-      cp_async_commit();
-    }
-  }
-  __device__ __forceinline__ void wait_for(int chunk) {
-    cp_async_wait<kStages - 2>();  // chunk has landed (kStages - 1 groups were outstanding)
-    __syncthreads();               // ... for every thread; and the previous chunk is fully consumed
-    if (chunk + kStages - 1 < num_chunks) issue(chunk + kStages - 1);
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_chunks) issue(s);
     cp_async_commit();
   }
-};
+}
 
 // Barrier `id` (0..15) of the `threads` threads (whole warps) that use it; id 0 with every thread of
 // the CTA is __syncthreads().

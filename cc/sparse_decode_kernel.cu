@@ -202,13 +202,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
 #pragma unroll
       for (int i = 0; i < 4; ++i) out_acc[mt][nt][i] = 0.f;
 
-  GatherRing<kStages, decltype(issue_chunk)> gather{issue_chunk, num_chunks};
-  gather.start();
+  start_gather_ring<kStages>(issue_chunk, num_chunks);
+  cp_async_wait<kStages - 2>();
+  __syncthreads();  // chunk 0 has landed
 
   constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
   constexpr int kColsPerThread = kCtaChunk / kThreadsPerRow;  // 1, 2 or 4
+  // Two CTA barriers per stage: chunk c's landing is awaited with the barrier before P . c_kv of chunk
+  // c - 1, and chunk c + kStages - 1 goes into the stage of chunk c - 1 once no warp reads it. Against
+  // a third barrier before the scores, on the H200 (results/2026-11-30-h200/release11/README.md, calls
+  // 91 and 92), bf16 / fp8_ds_mla µs: N = 16, T = 512 371.2 / 382.2 vs 380.4 / 391.0; N = 32, T = 256
+  // 231.2 / 258.9 vs 250.9 / 266.8; T <= 8 within 0.3.
+  auto issue_next = [&](int chunk) {
+    if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);
+    cp_async_commit();
+  };
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
-    gather.wait_for(chunk);
+    // fp8_ds_mla: chunk - 1's stage was read by its scores only, before both barriers of chunk - 1
+    // (and no dequantized values are live here, which spared 20 bytes of spills at N = 16, T = 8).
+    if constexpr (kFp8) issue_next(chunk);
     const unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
     const auto* kv = reinterpret_cast<const __nv_bfloat16*>(stage);  // bf16: keys and values as staged
 
@@ -268,7 +280,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
         *reinterpret_cast<float2*>(tile + 8 * kCtaChunk) = make_float2(score[mt][2], score[mt][3]);
       }
     }
-    __syncthreads();
+    __syncthreads();  // partial scores complete; every warp is done with chunk - 1 (P . c_kv before these scores)
+    if constexpr (!kFp8) issue_next(chunk);  // bf16: chunk - 1's stage was read by its P . c_kv
 
     // 5. Scores = sum of the 8 partials; online softmax (base 2); probabilities to shared memory as bf16.
     {
@@ -307,7 +320,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
         row_max[h] = new_max;
       }
     }
-    __syncthreads();
+    cp_async_wait<kStages - 2>();  // chunk + 1 has landed (this thread's copies) ...
+    __syncthreads();               // ... for every thread; and the probabilities are complete
 
     // 6. out[:, cols_w] = alpha * out + P . c_kv[:, cols_w].
 #pragma unroll

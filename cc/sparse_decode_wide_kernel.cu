@@ -238,7 +238,7 @@ __device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const 
     gather_chunk<kCtaChunk, false, kProducerThreads>(
         p, rows + chunk * kCtaChunk, [=](int r, int part) { return stage + atom_offset(r, part * 8, kCtaChunk); });
   };
-  GatherRing<kStages, decltype(issue)>{issue, num_chunks}.start();
+  start_gather_ring<kStages>(issue, num_chunks);
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     cp_async_wait<kStages - 2>();  // this thread's copies of the chunk have landed
     fence_proxy_async();           // ... for wgmma too
@@ -266,7 +266,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     gather_chunk<kRawRows, true, kProducerThreads>(
         p, rows + half * kRawRows, [=](int r, int part) { return slots + r * kFp8SlotBytes + part * 16; });
   };
-  GatherRing<kRawStages, decltype(issue)>{issue, num_halves}.start();
+  start_gather_ring<kRawStages>(issue, num_halves);
   for (int half = 0; half < num_halves; ++half) {
     cp_async_wait<kRawStages - 2>();
     sync_named(kProducerBarrier, kProducerThreads);  // the half has landed for all; all are done with the last
