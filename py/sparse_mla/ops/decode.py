@@ -68,13 +68,17 @@ CTA_CHUNKS = (16, 32)
 """Positions per pipeline stage of one CTA the kernel is built for; a split covers a multiple of
 ``cluster_size * cta_chunk`` positions."""
 
-LARGE_CHUNK_MAX_GROUPS = 4
+LARGE_CHUNK_MAX_GROUPS = 8
 """The plan takes 32-position stages while ``T * head_groups`` is at most this (and with one CTA per
 split below :data:`SMALL_CHUNK_MIN_GROUPS`), else 16: measured on
 the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is faster for small
 grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs
 48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
-call 15: N = 16, T = 128: 108 vs 122 µs)."""
+call 15: N = 16, T = 128: 108 vs 122 µs). 8 since release 11 (4 before), whose first kernel has two
+barriers per stage and keeps fp8_ds_mla values in registers: N = 16, clusters of 8, bf16 /
+fp8_ds_mla µs, 32 vs 16 positions: T = 5 14.8 / 14.6 vs 16.5 / 16.2; T = 6 16.2 / 16.2 vs
+17.3 / 17.3; T = 7 16.5 / 16.4 vs 17.8 / 17.6; T = 8 21.1 / 20.5 vs 20.9 / 20.9
+(results/2026-11-30-h200/release11/README.md, call 93)."""
 
 SMALL_CHUNK_MIN_GROUPS = 32
 """With one CTA per split, the plan takes 16-position stages from ``T * head_groups`` of this many on,
