@@ -116,8 +116,9 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 
 // CTAs per SM the register budget must allow (16 heads: 3 of <= 85 registers; 32 heads: 2 of 128):
 // the planner sizes its grid to the clusters one wave holds (max_active_clusters). fp8_ds_mla with
-// 32-position stages holds 32 more registers of values (step 4) and gets the registers it needs: its
-// shared memory fits 2 CTAs per SM at most, 1 with 32 heads.
+// 32-position stages holds 32 registers of values (step 4) and gets the registers it needs (~134 with
+// 16 heads, ~190 with 32: 1 CTA per SM, as its shared memory allowed before release 11; capped at 128
+// or 80 it spilled 100-300 bytes).
 template <int kHeadTiles, int kCtaChunk, bool kFp8>
 constexpr int kMinBlocksPerSm = kFp8 && kCtaChunk == 32 ? 1 : kHeadTiles == 1 ? 3 : 2;
 
