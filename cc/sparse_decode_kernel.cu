@@ -73,6 +73,9 @@ constexpr int kMergeUnroll = 8;  // split partials the last CTA loads at once (r
 
 static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64 + 8 columns per warp");
 
+// Bytes per staged row of the gather ring: kRowStride bf16 values, or kFp8RowBytes.
+__host__ __device__ constexpr int staged_row_bytes(bool fp8) { return fp8 ? kFp8RowBytes : kRowStride * 2; }
+
 // Byte offsets of the dynamic shared memory of one CTA.
 struct SharedLayout {
   int kv, partial, prob, row_max, row_sum, row_alpha, lse, rows, total;
@@ -80,7 +83,7 @@ struct SharedLayout {
     const int heads = kHeadTileRows * head_tiles;
     kv = 0;                                  // ring [stages][cta_chunk] rows of kRowStride bf16 / kFp8RowBytes
     const int out = heads * kOutStride * 4;  // epilogue: [heads][kOutStride] fp32
-    const int ring = kStages * cta_chunk * (fp8 ? kFp8RowBytes : kRowStride * 2);
+    const int ring = kStages * cta_chunk * staged_row_bytes(fp8);
     partial = kv + (ring > out ? ring : out);                      // [kWarps][heads][cta_chunk] fp32
     prob = partial + kWarps * heads * cta_chunk * 4;               // [heads][cta_chunk + 8] bf16
     row_max = prob + heads * (cta_chunk + 8) * 2;                  // [heads] fp32 each
@@ -103,7 +106,7 @@ __device__ __forceinline__ int fp8_row_skew(int r) { return (r & 1) * 64 + ((r >
 
 template <bool kFp8>
 __device__ __forceinline__ int staged_row_offset(int r) {
-  return kFp8 ? r * kFp8RowBytes + fp8_row_skew(r) : r * kRowStride * 2;
+  return r * staged_row_bytes(kFp8) + (kFp8 ? fp8_row_skew(r) : 0);
 }
 
 // The two halves of a cluster-wide barrier (all threads of all ranks): release this thread's shared
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
   __syncthreads();  // rows[] complete
 
   // 3. Gather ring: chunk c's kCtaChunk whole slots, as stored, into stage c % kStages.
-  constexpr int kStagedRowBytes = kFp8 ? kFp8RowBytes : kRowStride * 2;
+  constexpr int kStagedRowBytes = staged_row_bytes(kFp8);
   auto issue_chunk = [&](int chunk) {
     unsigned char* stage = ring + (chunk % kStages) * kCtaChunk * kStagedRowBytes;
     gather_chunk<kCtaChunk, kFp8>(p, rows + chunk * kCtaChunk,

@@ -418,8 +418,9 @@ def max_active_clusters(
     """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
     (``cudaOccupancyMaxActiveClusters``; for ``cluster_size`` 1, CTAs per SM times SMs; cached). Pass
     it to :func:`plan` as ``cluster_capacity``. Counted for the bf16 cache's kernel: the fp8_ds_mla one
-    stages 656-byte rows in less shared memory, so at least as many of its clusters fit and one count
-    serves both formats.
+    stages 656-byte rows in less shared memory, and where it takes more registers (32-position stages:
+    ~134 with 16 heads, ~190 with 32) the bf16 one's shared memory already holds it to 1 CTA per SM;
+    so at least as many of its clusters fit and one count serves both formats.
 
     Raises
     ------
