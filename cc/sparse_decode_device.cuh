@@ -23,6 +23,19 @@ constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z
 constexpr float kNegInf = -INFINITY;
 constexpr float kLn2 = 0.69314718055994530942f;
 
+// Lazy softmax rescaling: the running maximum (base 2) of a head's scores moves only when a stage's
+// maximum exceeds it by more than kLazyMaxSlackLog2. Most stages then keep alpha = 1 exactly and the
+// kernels skip the rescale of their output accumulators. Probabilities reach 2^8 instead of 1: bf16
+// holds them with the same relative precision, and fp32 sums of 2048 of them (< 2^19) cannot overflow;
+// the normalization by the row sum at the end is unchanged. Idea and threshold (8, log2 units) are
+// FlashAttention-4's conditional softmax rescaling (Dao et al., flash-attention's CuTe DSL kernels).
+constexpr float kLazyMaxSlackLog2 = 8.f;
+
+// The next running maximum for a stage whose scores peak at `stage_max` (both -inf while nothing was valid).
+__device__ __forceinline__ float lazy_running_max(float running_max, float stage_max) {
+  return stage_max > running_max + kLazyMaxSlackLog2 ? stage_max : running_max;
+}
+
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;  // 0: fill 16 zero bytes, read nothing

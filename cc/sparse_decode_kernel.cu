@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
       for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2)
         chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, offset));
       const float old_max = row_max[h];
-      const float new_max = fmaxf(old_max, chunk_max);
+      // Lazy on fp8_ds_mla only: on bf16 the skip below cost 0.3-1.1 us at N = 16, T <= 8 (call 96).
+      const float new_max = kFp8 ? lazy_running_max(old_max, chunk_max) : fmaxf(old_max, chunk_max);
       const float base = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
       float sum = 0.f;
 #pragma unroll
@@ -333,12 +334,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
       const float a0 = row_alpha[mt * kHeadTileRows + group], a1 = row_alpha[mt * kHeadTileRows + group + 8];
       const auto* p0 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group) * kProbStride);
       const auto* p1 = reinterpret_cast<const uint32_t*>(prob + (mt * kHeadTileRows + group + 8) * kProbStride);
+      if (!kFp8 || __any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {  // alpha = 1 exactly: nothing to rescale
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        out_acc[mt][nt][0] *= a0;
-        out_acc[mt][nt][1] *= a0;
-        out_acc[mt][nt][2] *= a1;
-        out_acc[mt][nt][3] *= a1;
+        for (int nt = 0; nt < 8; ++nt) {
+          out_acc[mt][nt][0] *= a0;
+          out_acc[mt][nt][1] *= a0;
+          out_acc[mt][nt][2] *= a1;
+          out_acc[mt][nt][3] *= a1;
+        }
       }
 #pragma unroll
       for (int ks = 0; ks < kCtaChunk / 16; ++ks) {
