@@ -12,6 +12,7 @@ LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has
 """
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -292,6 +293,43 @@ def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluste
         cols = slice(128 * g, 128 * g + 128)
         err = testing.relative_error(out[..., cols], ref_out[..., cols])
         assert err < 1e-2, f"column group {g} (magnitude {magnitudes[g]:.0e}): rel err {err:.3e}"
+
+
+_RAMP_LOG2 = {  # score offsets along a top-k row, log2 units, of row index i of n
+    "rise": lambda i, n: 60.0 * i / n,  # the running maximum creeps up: moves only every 8 units
+    "jump": lambda i, n: 40.0 * (i >= n // 2),  # one move far past the slack, halfway
+    "sawtooth": lambda i, n: 7.9 * ((i // 32) % 8),  # +7.9 per 32 positions (just below the slack), 8 times over
+}
+
+
+@pytest.mark.parametrize("cache_format", ["bf16", "fp8_ds_mla"])
+@pytest.mark.parametrize("num_heads", [16, 64])
+@pytest.mark.parametrize("single_split", [True, False])
+@pytest.mark.parametrize("profile", sorted(_RAMP_LOG2))
+def test_scores_climbing_along_the_row(profile, single_split, num_heads, cache_format):
+    """Scores that climb along the top-k row, so that the kernels' running maximum keeps moving by less
+    and more than the lazy rescaling's slack of 8 log2 units (cc/sparse_decode_device.cuh): q_rope is
+    e_0 for every head and each slot's k_rope[0] adds the profile's offset for its row index (on top of
+    the random q_nope . c_kv scores), probabilities reach 2^8 before a rescale. Both kernels, both
+    formats (k_rope is bf16 in fp8_ds_mla too), one split (64 stages on one CTA) and the planner's."""
+    case = testing.make_attention_case(1, num_heads, _device(), seed=31)
+    row = case.topk_indices[0].long()
+    index = torch.nonzero((row >= 0) & (row < case.token_kv_len[0])).squeeze(1)
+    positions = row[index]
+    slots = case.block_table[case.req_id[0].long(), positions // KV_BLOCK_SIZE].long() * KV_BLOCK_SIZE
+    slots += positions % KV_BLOCK_SIZE
+    offsets = _RAMP_LOG2[profile](index.float(), row.numel())
+    case.kv_cache.view(-1, case.kv_cache.shape[-1])[slots, 512] = (
+        offsets / (DEEPSEEK_V32_SOFTMAX_SCALE * math.log2(math.e))).to(torch.bfloat16)
+    case.q_rope.zero_()[..., 0] = 1
+    if cache_format == "fp8_ds_mla":
+        case = _fp8_case(case)
+    launch = None
+    if single_split:
+        wide = num_heads > 32
+        launch = plan_with(1, num_heads, 1, decode.WIDE_CTA_CHUNK if wide else 32, 1, decode.WIDE_HEAD_TILES if wide else None)
+    out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"{profile} {cache_format} N={num_heads} {launch}")
 
 
 def test_fp8_ds_mla_cuda_graph_replays_new_contents():
