@@ -20,7 +20,9 @@ H200_SMS = 132
         (4, 16, 8, 1, 32, 1, 8, 256),
         (8, 16, 8, 1, 32, 1, 4, 512),  # T * head_groups = 8: the last grid of clusters with 32-position stages
         (9, 16, 8, 1, 16, 1, 3, 768),
-        (15, 16, 8, 1, 16, 1, 2, 1024),  # the last grid of clusters
+        (10, 16, 8, 1, 16, 1, 3, 768),  # the last grid of clusters with 16-position stages
+        (11, 16, 8, 1, 32, 1, 3, 768),  # 32-position stages again (CLUSTER_LARGE_CHUNK_MIN_GROUPS)
+        (15, 16, 8, 1, 32, 1, 2, 1024),  # the last grid of clusters
         (16, 16, 1, 1, 32, 1, 16, 128),  # one CTA per split from T * head_groups = 16 on, 32-position stages
         (31, 16, 1, 1, 32, 1, 8, 256),
         (32, 16, 1, 1, 16, 1, 8, 256),  # ... and 16-position stages from 32 on
@@ -84,6 +86,9 @@ def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
         (1, 16, 8),  # 8 clusters fit the 15 of a wave: as without capacity
         (8, 16, 1),  # 32-position stages: 4 splits = 32 clusters = 3 waves of 15; 1 split = 8 clusters, one wave
         (9, 16, 3),  # 16-position stages: 3 splits = 27 clusters, one wave of 45
+        (10, 16, 3),  # 30 clusters
+        (11, 16, 1),  # 32-position stages: 11 clusters of one split, one wave of 15 (3 splits: 3 waves)
+        (15, 16, 1),
         (4, 16, 3),  # 8 splits = 32 clusters = 3 waves of 15; 3 splits = 12 clusters, one wave
         (1, 128, 64),  # the wide kernel: 2 head groups x 64 splits = 128 CTAs, one wave of 132
         (32, 16, 8),  # one CTA per split: 256 CTAs (the split count aims at 2 CTAs per SM), one wave of 396

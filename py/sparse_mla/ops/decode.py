@@ -80,6 +80,17 @@ fp8_ds_mla µs, 32 vs 16 positions: T = 5 14.8 / 14.6 vs 16.5 / 16.2; T = 6 16.2
 17.3 / 17.3; T = 7 16.5 / 16.4 vs 17.8 / 17.6; T = 8 21.1 / 20.5 vs 20.9 / 20.9
 (results/2026-11-30-h200/release11/README.md, call 93)."""
 
+CLUSTER_LARGE_CHUNK_MIN_GROUPS = 11
+"""In clusters of 8 (``T * head_groups`` below :data:`SINGLE_CTA_MIN_GROUPS`), the plan takes 32-position
+stages again from ``T * head_groups`` of this many on. Between :data:`LARGE_CHUNK_MAX_GROUPS` and here,
+16-position stages split each token 3 ways (27 or 30 clusters); from 11 on they get 3 splits on some
+SMs' third CTA (33 clusters) or only 2 splits of 8 stages each, and one split of eight 32-position stages
+(at most 15 clusters, one wave) is faster. Measured on the H200, N = 16, the decode kernel alone,
+bf16 / fp8_ds_mla µs, 32- vs 16-position stages in clusters of 8 (release 12, call 99): T = 9 21.2 / 20.8
+vs 20.1 / 20.3; T = 10 21.2 / 20.9 vs 20.2 / 20.5; T = 11 21.2 / 21.0 vs 24.2 / 24.6; T = 12 21.3 / 21.1
+vs 22.9 / 23.0; T = 13 21.3 / 21.2 vs 23.0 / 23.2; T = 14 21.4 / 21.4 vs 23.2 / 23.3; T = 15 21.5 / 21.5
+vs 23.7 / 23.6 (one CTA per split, 32 positions: 24.5 to 27.8)."""
+
 SMALL_CHUNK_MIN_GROUPS = 32
 """With one CTA per split, the plan takes 16-position stages from ``T * head_groups`` of this many on,
 32 below. Measured on the H200 (release 9, calls 70 and 71), the decode kernel alone, bf16 /
@@ -226,7 +237,8 @@ def plan(
     ``N > 32`` and for ``16 < N <= 32`` at ``T`` in ``WIDE_PADDED_TOKENS`` (``topk <= WIDE_MAX_TOPK``),
     else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
-    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, and with one CTA per split while
+    32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, in clusters of 8 from
+    ``CLUSTER_LARGE_CHUNK_MIN_GROUPS`` on, and with one CTA per split while
     ``T * head_groups < SMALL_CHUNK_MIN_GROUPS``, else 16 (unless given). CTAs per split
     (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
     split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
@@ -286,7 +298,11 @@ def plan(
     if cluster_size is None:
         cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS and not wide else 1
     if cta_chunk is None:
-        large = token_groups <= LARGE_CHUNK_MAX_GROUPS or (cluster_size == 1 and token_groups < SMALL_CHUNK_MIN_GROUPS)
+        large = (
+            token_groups <= LARGE_CHUNK_MAX_GROUPS
+            or (cluster_size == CLUSTER_SIZE and CLUSTER_LARGE_CHUNK_MIN_GROUPS <= token_groups < SINGLE_CTA_MIN_GROUPS)
+            or (cluster_size == 1 and token_groups < SMALL_CHUNK_MIN_GROUPS)
+        )
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
