@@ -3,7 +3,7 @@
 Top-k 2048 over requests of 32k, 1.5k, 20k and 700 positions (tokens of one request are
 speculative / prefill tokens with their own causal lengths; rows of short requests hold fewer
 valid positions), -1 at the end, the start or scattered with extra holes; N in {1, 8, 16, 32, 64,
-128} and odd {7, 100}; T in {1, 2, 4, 8, 12, 16, 33}. Invalid entries of every kind; strided queries
+128} and odd {7, 100}; T in {1, 2, 4, 8, 12, 16, 24, 33}. Invalid entries of every kind; strided queries
 and a padded cache block stride; the fp8_ds_mla cache (against the reference on its dequantized values); CUDA-graph capture at padded T replayed with fewer real tokens and
 new contents (equal to eager); argument errors. Outputs are poisoned (NaN) before every call.
 
@@ -59,7 +59,7 @@ def run_decode(case, launch=None, workspace=None, out=None, lse=None):
     return out, lse
 
 
-@pytest.mark.parametrize("num_tokens", [1, 2, 4, 8, 12, 16, 33])
+@pytest.mark.parametrize("num_tokens", [1, 2, 4, 8, 12, 16, 24, 33])
 @pytest.mark.parametrize("num_heads", [1, 8, 16, 32, 64, 128, 7, 100])
 def test_matches_reference(num_heads, num_tokens):
     seed = num_heads * 1000 + num_tokens
@@ -236,13 +236,14 @@ def _fp8_case(case):
 
 
 @pytest.mark.parametrize("num_tokens, num_heads",
-                         [(1, 16), (4, 16), (2, 32), (1, 128), (10, 16), (12, 16), (16, 16), (16, 48), (33, 7), (40, 128),
+                         [(1, 16), (4, 16), (2, 32), (1, 128), (10, 16), (12, 16), (16, 16), (24, 16), (16, 48), (33, 7), (40, 128),
                           (96, 16)])
 def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     """The fp8_ds_mla cache (uint8 [num_blocks, 64, 656]) against the reference on its dequantized values,
     with invalid entries; the planner's first-kernel configurations: clusters of 8 below T * head groups
-    = 16 (32-position stages up to 8 and from 11 on, 16 at 9 and 10), then one CTA per split (32-position
-    stages below 32, 16 from 32 on; 3 CTAs per SM from 48 on), and the wide kernel."""
+    = 16 (32-position stages up to 8 and from 11 on, 16 at 9 and 10) and at 23..30 (16-position stages),
+    else one CTA per split (32-position stages below 32, 16 from 32 on; 3 CTAs per SM from 48 on), and
+    the wide kernel."""
     case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
                                                  pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     out, lse = run_decode(case)

@@ -24,6 +24,9 @@ H200_SMS = 132
         (11, 16, 8, 1, 32, 1, 3, 768),  # 32-position stages again (CLUSTER_LARGE_CHUNK_MIN_GROUPS)
         (15, 16, 8, 1, 32, 1, 2, 1024),  # the last grid of clusters
         (16, 16, 1, 1, 32, 1, 16, 128),  # one CTA per split from T * head_groups = 16 on, 32-position stages
+        (22, 16, 1, 1, 32, 1, 11, 192),
+        (23, 16, 8, 1, 16, 1, 1, 2048),  # clusters of 8 again (CLUSTER_ONE_SPLIT_GROUPS), one split
+        (30, 8, 8, 1, 16, 1, 1, 2048),
         (31, 16, 1, 1, 32, 1, 8, 256),
         (32, 16, 1, 1, 16, 1, 8, 256),  # ... and 16-position stages from 32 on
         (33, 16, 1, 1, 16, 1, 8, 256),
@@ -87,6 +90,7 @@ def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
         (8, 16, 1),  # 32-position stages: 4 splits = 32 clusters = 3 waves of 15; 1 split = 8 clusters, one wave
         (9, 16, 3),  # 16-position stages: 3 splits = 27 clusters, one wave of 45
         (10, 16, 3),  # 30 clusters
+        (24, 16, 1),  # one split of 16-position stages: 24 clusters
         (11, 16, 1),  # 32-position stages: 11 clusters of one split, one wave of 15 (3 splits: 3 waves)
         (15, 16, 1),
         (4, 16, 3),  # 8 splits = 32 clusters = 3 waves of 15; 3 splits = 12 clusters, one wave

@@ -49,6 +49,17 @@ bf16 / fp8_ds_mla, 27.2 / 28.0 µs vs 30.5 / 30.2 in clusters of 8 with 16-posit
 clusters of 8 stay faster, 21.2 / 21.8 vs 23.3 / 23.5; results/2026-11-30-h200/release9/README.md,
 calls 70 and 71)."""
 
+CLUSTER_ONE_SPLIT_GROUPS = (23, 30)
+"""Past :data:`SINGLE_CTA_MIN_GROUPS`, ``T * head_groups`` in this range (inclusive) takes clusters of 8
+again, with 16-position stages: one split of 16 stages per CTA, 184 to 240 CTAs. One CTA per split
+with 32-position stages has only 5 or 4 splits there, 13 to 16 stages per CTA on a single CTA per SM.
+Below 23 (6 or more splits) one CTA per split stays faster, and at 31 the 248 CTAs of the clusters
+put a third CTA on some SMs (as 264 do at T * head_groups = 11, see
+:data:`CLUSTER_LARGE_CHUNK_MIN_GROUPS`). Measured on the H200, the decode kernel alone, bf16 /
+fp8_ds_mla µs, clusters of 8 vs one CTA per split (release 12, call 100), N = 16: T = 22 31.7 / 32.9 vs
+31.1 / 31.5; T = 23 31.9 / 33.0 vs 33.8 / 34.4; T = 26 32.3 / 33.5 vs 34.4 / 34.9; T = 27 32.6 / 33.8 vs
+38.7 / 39.4; T = 30 32.6 / 33.6 vs 38.9 / 39.7; T = 31 40.0 / 41.9 vs 38.9 / 39.5; N = 8 alike."""
+
 HEAD_TILE_ROWS = 16
 """Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or (wide kernel) 4 tiles."""
 
@@ -240,7 +251,8 @@ def plan(
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, in clusters of 8 from
     ``CLUSTER_LARGE_CHUNK_MIN_GROUPS`` on, and with one CTA per split while
     ``T * head_groups < SMALL_CHUNK_MIN_GROUPS``, else 16 (unless given). CTAs per split
-    (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS``, else 1. A
+    (``cluster_size``, unless given): 8 below ``T * head_groups = SINGLE_CTA_MIN_GROUPS`` and within
+    ``CLUSTER_ONE_SPLIT_GROUPS``, else 1. A
     split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
     Splits ``s = floor(num_sms * ctas_per_sm / (cluster_size * T * head_groups))`` clamped to
     ``[1, min(64, topk / (cluster_size * cta_chunk))]``, then positions per split ``ceil(topk / s)``
@@ -296,7 +308,9 @@ def plan(
         three = fp8_ds_mla and head_tiles == 1 and token_groups >= FP8_THREE_CTAS_MIN_GROUPS
         ctas_per_sm = 1 if token_groups <= 2 or wide else (3 if three else 2)
     if cluster_size is None:
-        cluster_size = CLUSTER_SIZE if token_groups < SINGLE_CTA_MIN_GROUPS and not wide else 1
+        clustered = token_groups < SINGLE_CTA_MIN_GROUPS or (
+            CLUSTER_ONE_SPLIT_GROUPS[0] <= token_groups <= CLUSTER_ONE_SPLIT_GROUPS[1])
+        cluster_size = CLUSTER_SIZE if clustered and not wide else 1
     if cta_chunk is None:
         large = (
             token_groups <= LARGE_CHUNK_MAX_GROUPS
