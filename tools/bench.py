@@ -110,7 +110,10 @@ from sparse_mla.routes import ROUTES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("heads", ["16", "32", "64", "128"], "Query heads N of the grid.")
-flags.DEFINE_list("tokens", ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"], "Query tokens T of the grid.")
+flags.DEFINE_list("tokens", ["1", "2", "4", "8", "12", "16", "30", "32", "64", "128", "256", "512", "1024"],
+                  "Query tokens T of the grid. 12 and 30 lie in the plan's bands of clusters of 8 at N <= 16 "
+                  "(sparse_mla.ops.decode.CLUSTER_LARGE_CHUNK_MIN_GROUPS, CLUSTER_ONE_SPLIT_GROUPS), so that a "
+                  "routing table written from this grid routes them (the next measured T at or above).")
 flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
 flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
                   "Grid: KV-cache formats each path is timed on where it reads them (bfloat16, fp8_ds_mla).")

@@ -94,9 +94,9 @@ fp8_ds_mla µs, 32 vs 16 positions: T = 5 14.8 / 14.6 vs 16.5 / 16.2; T = 6 16.2
 CLUSTER_LARGE_CHUNK_MIN_GROUPS = 11
 """In clusters of 8 (``T * head_groups`` below :data:`SINGLE_CTA_MIN_GROUPS`), the plan takes 32-position
 stages again from ``T * head_groups`` of this many on. Between :data:`LARGE_CHUNK_MAX_GROUPS` and here,
-16-position stages split each token 3 ways (27 or 30 clusters); from 11 on they get 3 splits on some
-SMs' third CTA (33 clusters) or only 2 splits of 8 stages each, and one split of eight 32-position stages
-(at most 15 clusters, one wave) is faster. Measured on the H200, N = 16, the decode kernel alone,
+16-position stages split each token 3 ways (27 or 30 clusters). From 11 on, 3 splits (33 clusters, 264
+CTAs) put a third CTA on some SMs and 2 splits leave 8 stages per CTA; one split of eight 32-position
+stages (at most 15 clusters, one wave) is faster. Measured on the H200, N = 16, the decode kernel alone,
 bf16 / fp8_ds_mla µs, 32- vs 16-position stages in clusters of 8 (release 12, call 99): T = 9 21.2 / 20.8
 vs 20.1 / 20.3; T = 10 21.2 / 20.9 vs 20.2 / 20.5; T = 11 21.2 / 21.0 vs 24.2 / 24.6; T = 12 21.3 / 21.1
 vs 22.9 / 23.0; T = 13 21.3 / 21.2 vs 23.0 / 23.2; T = 14 21.4 / 21.4 vs 23.2 / 23.3; T = 15 21.5 / 21.5
