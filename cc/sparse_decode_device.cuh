@@ -36,6 +36,14 @@ __device__ __forceinline__ float lazy_running_max(float running_max, float stage
   return stage_max > running_max + kLazyMaxSlackLog2 ? stage_max : running_max;
 }
 
+// Programmatic dependent launch (Hopper; PTX griddepcontrol). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start before the kernel ahead of it in the stream
+// has finished: once every CTA of that kernel has called allow_dependent_launch or exited. It must call
+// wait_for_prerequisite_grids before it reads anything that kernel wrote: that returns once the kernel
+// has completed and its writes are visible (at once for a kernel launched the usual way).
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;  // 0: fill 16 zero bytes, read nothing

@@ -346,6 +346,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   constexpr int kStages = kOperandStages<kFp8>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const SharedLayout layout(kFp8, p.positions_per_split);
+  allow_dependent_launch();  // the split merge's CTAs may take SMs as this grid's CTAs leave them
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((kAtomAlign - raw_addr % kAtomAlign) % kAtomAlign);
   unsigned char* q = smem + layout.q;
@@ -563,15 +564,26 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   }
 }
 
+// The split merge starts early (a programmatic dependent launch) up to this many splits. Measured on the
+// H200, the decode kernel alone, bf16 / fp8_ds_mla µs, early vs after the kernel (release 12, call 104):
+// up to 16 splits 0.5-2 µs faster everywhere (N = 32, T = 16: 26.1 / 28.3 vs 26.9 / 28.9; N = 64, T = 32
+// 43.8 / 47.2 vs 45.1 / 48.4; N = 128, T = 8 26.4 / 27.9 vs 27.3 / 29.0); at 32 and 64 splits, where the
+// kernel fills all but a few SMs, the early CTAs crowd onto those few and the merge of many partials
+// slows: N = 128, T = 1 20.3 vs 15.4; N = 64, T = 2 20.7 vs 15.9 (but N = 64, T = 1, 64 CTAs: 13.4 vs 14.4).
+constexpr int kEarlyMergeMaxSplits = 16;
+
 // The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every
 // split of (token, head group) g of its launch's tokens, and writes them (and, c = 0, the LSE);
-// Partial: how the kernel stored the partials (kBf16PartialMinSplits).
+// Partial: how the kernel stored the partials (kBf16PartialMinSplits). Up to kEarlyMergeMaxSplits
+// splits it is a programmatic dependent launch: its CTAs start as the kernel's CTAs leave SMs and wait
+// there for the whole kernel.
 template <typename Partial>
 __global__ void __launch_bounds__(kThreads) merge_splits_kernel(const SparseDecodeParams p) {
   const int slice = blockIdx.x;
   const int64_t group_index = blockIdx.y;
   const int token = static_cast<int>(group_index / p.head_groups);
   const int head_base = static_cast<int>(group_index % p.head_groups) * kHeads;
+  wait_for_prerequisite_grids();  // every split's partial output and LSE are written
   merge_splits<kHeads, kMergeCols, kMergeUnroll, Partial>(p, token, head_base, group_index, 0, slice * kMergeCols);
 }
 
@@ -591,8 +603,16 @@ cudaError_t launch_with(const SparseDecodeParams& params, cudaStream_t stream) {
                                           : WideKernel<false, kBf16Partials>::launch(params, stream);
   if (error != cudaSuccess || params.num_splits == 1 || (params.ablate & kAblateMerge)) return error;
   return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
-    merge_splits_kernel<Partial><<<dim3(kMergeSlices, count * part.head_groups), kThreads, 0, stream>>>(part);
-    return cudaGetLastError();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(kMergeSlices, count * part.head_groups);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute early;  // launched while the kernel's last CTAs run: its launch latency is hidden
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &early;
+    config.numAttrs = part.num_splits <= kEarlyMergeMaxSplits ? 1 : 0;
+    return cudaLaunchKernelEx(&config, merge_splits_kernel<Partial>, part);
   });
 }
 
