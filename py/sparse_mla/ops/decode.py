@@ -97,10 +97,10 @@ stages again from ``T * head_groups`` of this many on. Between :data:`LARGE_CHUN
 16-position stages split each token 3 ways (27 or 30 clusters). From 11 on, 3 splits (33 clusters, 264
 CTAs) put a third CTA on some SMs and 2 splits leave 8 stages per CTA; one split of eight 32-position
 stages (at most 15 clusters, one wave) is faster. Measured on the H200, N = 16, the decode kernel alone,
-bf16 / fp8_ds_mla µs, 32-position stages vs the plan's 16 in clusters of 8 (release 12, call 99): T = 9 21.2 / 20.8
-vs 20.1 / 20.3; T = 10 21.2 / 20.9 vs 20.2 / 20.5; T = 11 21.2 / 21.0 vs 24.2 / 24.6; T = 12 21.3 / 21.1
-vs 22.9 / 23.0; T = 13 21.3 / 21.2 vs 23.0 / 23.2; T = 14 21.4 / 21.4 vs 23.2 / 23.3; T = 15 21.5 / 21.5
-vs 23.7 / 23.6 (one CTA per split, 32 positions: 24.5 to 27.8)."""
+bf16 / fp8_ds_mla µs, 32-position stages vs the plan's 16 in clusters of 8 (release 12, call 99):
+T = 9 21.2 / 20.8 vs 20.1 / 20.3; T = 10 21.2 / 20.9 vs 20.2 / 20.5; T = 11 21.2 / 21.0 vs 24.2 / 24.6;
+T = 12 21.3 / 21.1 vs 22.9 / 23.0; T = 13 21.3 / 21.2 vs 23.0 / 23.2; T = 14 21.4 / 21.4 vs 23.2 / 23.3;
+T = 15 21.5 / 21.5 vs 23.7 / 23.6 (one CTA per split, 32 positions: 24.5 to 27.8)."""
 
 SMALL_CHUNK_MIN_GROUPS = 32
 """With one CTA per split, the plan takes 16-position stages from ``T * head_groups`` of this many on,
