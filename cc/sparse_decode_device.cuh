@@ -1,9 +1,9 @@
 // Building blocks of the decode kernels (cc/sparse_decode_kernel.cu: up to 32 heads per CTA,
 // cc/sparse_decode_wide_kernel.cu: 64): tensor-core and copy instructions, the fp8_ds_mla
-// dequantization, position -> slot translation, the slot gather, named barriers, the split merge and
-// the launcher; some serve one kernel only (the mma.sync, ldmatrix and movmatrix wrappers the first,
-// the named-barrier arrive and the proxy fence the wide one). Included by those two translation units
-// only.
+// dequantization, lazy softmax rescaling, position -> slot translation, the slot gather, named
+// barriers, the split merge and the launcher; some serve one kernel only (the mma.sync, ldmatrix and
+// movmatrix wrappers the first; the named-barrier arrive, the proxy fence and the programmatic
+// dependent-launch pair the wide one). Included by those two translation units only.
 #pragma once
 
 #include <cuda_bf16.h>
