@@ -275,7 +275,10 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     const int chunk = half / 2, first_row = (half % 2) * kRawRows;
     if (half % 2 == 0 && chunk >= kStages) sync_named(kEmptyBarrier + chunk % kStages, kBlockThreads);
     const unsigned char* slots = raw + (half % kRawStages) * kRawStageBytes;
-    unsigned char* stage = operand + (chunk % kStages) * kStageBytes;
+    // The half's 16 rows of operand stage c % 2: row r of the half is row first_row + r of the stage, which
+    // lies first_row * 128 bytes further in every atom (first_row: 0 or 16, whole swizzle periods), so
+    // the offsets below do not depend on the half.
+    unsigned char* stage = operand + (chunk % kStages) * kStageBytes + first_row * 128;
     // c_kv: lane l takes row l % 16 (656-byte rows: 8 consecutive lanes read 8 distinct bank groups,
     // and the swizzle spreads their writes alike).
 #pragma unroll
@@ -288,14 +291,14 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
       uint2 pairs[4];
 #pragma unroll
       for (int w = 0; w < 4; ++w) pairs[w] = dequantize_word(words[w], scale);
-      *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16, kCtaChunk)) =
+      *reinterpret_cast<uint4*>(stage + atom_offset(row, piece * 16, kCtaChunk)) =
           make_uint4(pairs[0].x, pairs[0].y, pairs[1].x, pairs[1].y);
-      *reinterpret_cast<uint4*>(stage + atom_offset(first_row + row, piece * 16 + 8, kCtaChunk)) =
+      *reinterpret_cast<uint4*>(stage + atom_offset(row, piece * 16 + 8, kCtaChunk)) =
           make_uint4(pairs[2].x, pairs[2].y, pairs[3].x, pairs[3].y);
     }
     if (t < kRawRows * kRopeDim / 8) {  // k_rope: one 16-byte piece (8 values) a thread (128 threads) into its atom
       const int row = t % kRawRows, part = t / kRawRows;
-      *reinterpret_cast<uint4*>(stage + kKvAtoms * kStageAtomBytes + atom_offset(first_row + row, part * 8, kCtaChunk)) =
+      *reinterpret_cast<uint4*>(stage + kKvAtoms * kStageAtomBytes + atom_offset(row, part * 8, kCtaChunk)) =
           *reinterpret_cast<const uint4*>(slots + row * kFp8SlotBytes + kFp8RopeOffset + part * 16);
     }
     if (half % 2 == 1) {
