@@ -215,14 +215,15 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
   constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
   const int tid = threadIdx.x % kBlockThreads, r = tid / kThreadsPerSlot;
   const int row = rows[r];
-  const auto* src = static_cast<const unsigned char*>(p.kv_cache);  // masked rows: a valid address, nothing read
+  // Masked rows: the cache's first slot, a valid address (its pieces lie within it), nothing read.
+  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
   if (row >= 0)
     src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
             static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
   if (p.ablate & kAblateGather) return;
 #pragma unroll
   for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
-    cp_async_16(destination(r, part), src + (row >= 0 ? part * 16 : 0), row >= 0);
+    cp_async_16(destination(r, part), src + part * 16, row >= 0);
 }
 
 // Starts a cp.async ring of kStages gathered chunks, `issue(c)` copying chunk c into stage c % kStages:

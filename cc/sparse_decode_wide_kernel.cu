@@ -362,7 +362,12 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   const int head_base = head_group * kHeads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // accumulator fragment coordinates
-  const int warpgroup = warp / 4, head_tile = warp % 4;
+  // The warpgroup index through a shuffle: the compiler then knows it warp-uniform and keeps the wgmma
+  // descriptors built from it in uniform registers. Measured on the H200, the decode path, bf16 / fp8_ds_mla
+  // µs, before -> after (release 13, call 111): N = 64, T = 128 118.6 / 134.1 -> 110.2 / 132.7; T = 512
+  // 453.6 / 517.6 -> 422.2 / 511.7; N = 128, T = 512 879.3 / 1031.4 -> 814.0 / 1003.9; T <= 16 up to 2.2 µs
+  // faster (N = 128, T = 16 42.3 / 46.1 -> 40.1 / 45.4). It also frees the consumers' 8 bytes of spills.
+  const int warpgroup = __shfl_sync(0xffffffffu, warp / 4, 0), head_tile = warp % 4;
   const int positions = p.positions_per_split;
   const int num_chunks = positions / kCtaChunk;
 
