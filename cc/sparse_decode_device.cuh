@@ -202,18 +202,6 @@ __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p,
   }
 }
 
-// The first byte of global slot `row` of the cache (`kFp8`: fp8_ds_mla, else bf16); masked rows (-1): the
-// cache's first slot, a valid address for copies that read nothing (their pieces lie within it).
-template <bool kFp8>
-__device__ __forceinline__ const unsigned char* slot_address(const SparseDecodeParams& p, int row) {
-  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
-  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
-  if (row >= 0)
-    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
-  return src;
-}
-
 // Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
 // 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the kBlockThreads threads running it (the CTA's,
 // or one warpgroup's: consecutive threads): kBlockThreads / kChunk consecutive threads copy one slot,
@@ -224,9 +212,14 @@ template <int kChunk, bool kFp8, int kBlockThreads = kThreads, typename Destinat
 __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, Destination destination) {
   constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
   constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
   const int tid = threadIdx.x % kBlockThreads, r = tid / kThreadsPerSlot;
   const int row = rows[r];
-  const unsigned char* src = slot_address<kFp8>(p, row);
+  // Masked rows: the cache's first slot, a valid address (its pieces lie within it), nothing read.
+  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
+  if (row >= 0)
+    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
   if (p.ablate & kAblateGather) return;
 #pragma unroll
   for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)

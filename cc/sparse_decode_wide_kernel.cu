@@ -87,9 +87,6 @@ constexpr int kOperandStages = kFp8 ? 2 : 3;
 constexpr int kRawRows = kCtaChunk / 2;
 constexpr int kRawStages = 4;
 constexpr int kRawStageBytes = kRawRows * kFp8SlotBytes;
-constexpr int kProducerWarps = kProducerThreads / 32;  // each arrives once per raw stage it fills
-constexpr int kRowsPerWarp = kRawRows / kProducerWarps;
-static_assert(kRowsPerWarp * kProducerWarps == kRawRows, "whole rows per producer warp");
 constexpr int kScoreTiles = kCtaChunk / 8;              // n-tiles of 8 positions per stage
 constexpr int kOutTiles = kNopePerGroup / 8;            // n-tiles of 8 output columns per warpgroup
 constexpr int kExchangeFloats = kScoreTiles * 4 * 32;   // one warp's partial scores (16 a lane)
@@ -156,13 +153,12 @@ __device__ __forceinline__ void copy_queries(const SparseDecodeParams& p, const 
 
 // Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
 struct SharedLayout {
-  int q, operand, raw, landed, exchange, rows, total;
+  int q, operand, raw, exchange, rows, total;
   __host__ __device__ SharedLayout(bool fp8, int positions_per_split) {
     q = 0;                                                              // kSlotAtoms atoms of 64 query rows
     operand = q + kSlotAtoms * kQAtomBytes;                             // operand stages (1024-aligned)
     raw = operand + (fp8 ? kOperandStages<true> : kOperandStages<false>) * kStageBytes;  // fp8: raw ring
-    landed = raw + (fp8 ? kRawStages * kRawStageBytes : 0);             // fp8: an mbarrier per raw stage
-    exchange = landed + (fp8 ? kRawStages * 8 : 0);                     // [8 warps][kExchangeFloats] fp32
+    exchange = raw + (fp8 ? kRawStages * kRawStageBytes : 0);           // [8 warps][kExchangeFloats] fp32
     rows = exchange + 8 * kExchangeFloats * 4;                          // [positions_per_split] int32
     total = rows + positions_per_split * 4 + kAtomAlign;                // + alignment slack
   }
@@ -178,44 +174,6 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* smem, int leadin
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
-// mbarriers (the fp8 raw ring's: an arrival per producer warp with the bytes of its bulk copies) and the
-// bulk copy.
-__device__ __forceinline__ uint32_t shared_address(const void* smem) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-}
-
-__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, int arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
-}
-
-// Makes the initialized mbarriers visible to the copy engine (the async proxy).
-__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-
-// This thread's arrival, raising the bytes the phase waits for by `bytes`.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* barrier, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(bytes)
-               : "memory");
-}
-
-// Waits until the phase of parity `parity` has completed (its arrivals and bytes are in).
-__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(shared_address(barrier)), "r"(parity)
-                 : "memory");
-}
-
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the copy
-// engine, counted on `barrier`.
-__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, uint32_t bytes, uint64_t* barrier) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   shared_address(smem)),
-               "l"(gmem), "r"(bytes), "r"(shared_address(barrier))
-               : "memory");
-}
 
 template <int kN>
 __device__ __forceinline__ void keep_in_registers(float (&d)[kN]) {
@@ -295,44 +253,28 @@ __device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const 
 }
 
 // The producers on the fp8_ds_mla cache: slots land as stored in the ring of kRawStages half-chunks
-// (three in flight), each slot one bulk copy (the copy engine's: one instruction for its 656 bytes instead of
-// 41 16-byte cp.async with their addresses) counted on the half-chunk's mbarrier `landed`; each half-chunk is
-// then dequantized into its 16 rows of operand stage c % 2 (c_kv as bf16 atoms, k_rope copied into its
-// atom, masked rows as zeros: nothing is copied for them); the stage is announced when both halves are in.
+// (three in flight), and each half-chunk is dequantized into its 16 rows of operand stage c % 2 (c_kv
+// as bf16 atoms, k_rope copied into its atom); the stage is announced when both halves are in.
 __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const int* rows, unsigned char* operand,
-                                            unsigned char* raw, uint64_t* landed, int num_chunks) {
+                                            unsigned char* raw, int num_chunks) {
   constexpr int kStages = kOperandStages<true>;
   constexpr int kPiecesPerThread = kRawRows * (kKvLoraRank / 16) / kProducerThreads;  // 2 of 16 c_kv values
   const int t = threadIdx.x % kProducerThreads;
   const int num_halves = 2 * num_chunks;
-  // Each producer warp copies kRowsPerWarp rows of a half-chunk (row w + kProducerWarps * lane, lanes
-  // 0..kRowsPerWarp - 1: a bulk copy takes uniform operands, so a warp issues its lanes' copies one after
-  // another, and spreading them keeps every warp's share short); lane 0 first arrives with the bytes its
-  // warp's valid rows bring (no valid row: an arrival with none).
-  const int lane = t % 32, warp = t / 32;
   auto issue = [&](int half) {
-    const int r = warp + kProducerWarps * lane;
-    const int row = lane < kRowsPerWarp ? rows[half * kRawRows + r] : -1;
-    const bool copied = row >= 0 && !(p.ablate & kAblateGather);
-    const int copies = __popc(__ballot_sync(0xffffffffu, copied));
-    uint64_t* barrier = landed + half % kRawStages;
-    if (lane == 0) mbarrier_arrive_expect_tx(barrier, copies * kFp8SlotBytes);
-    __syncwarp();
-    if (copied)
-      bulk_copy(raw + (half % kRawStages) * kRawStageBytes + r * kFp8SlotBytes, slot_address<true>(p, row),
-                kFp8SlotBytes, barrier);
+    unsigned char* slots = raw + (half % kRawStages) * kRawStageBytes;
+    gather_chunk<kRawRows, true, kProducerThreads>(
+        p, rows + half * kRawRows, [=](int r, int part) { return slots + r * kFp8SlotBytes + part * 16; });
   };
-  for (int half = 0; half < kRawStages - 1 && half < num_halves; ++half) issue(half);
+  start_gather_ring<kRawStages>(issue, num_halves);
   for (int half = 0; half < num_halves; ++half) {
-    mbarrier_wait(landed + half % kRawStages, (half / kRawStages) & 1);  // the half's slots have landed
-    sync_named(kProducerBarrier, kProducerThreads);  // all are done with the last half, whose ring stage is refilled
-    if (half + kRawStages - 1 < num_halves) issue(half + kRawStages - 1);
+    cp_async_wait<kRawStages - 2>();
+    sync_named(kProducerBarrier, kProducerThreads);  // the half has landed for all; all are done with the last
+    if (half + kRawStages - 1 < num_halves) issue(half + kRawStages - 1);  // into the last one's stage
+    cp_async_commit();
     const int chunk = half / 2, first_row = (half % 2) * kRawRows;
     if (half % 2 == 0 && chunk >= kStages) sync_named(kEmptyBarrier + chunk % kStages, kBlockThreads);
     const unsigned char* slots = raw + (half % kRawStages) * kRawStageBytes;
-    // This thread's row of the half (kProducerThreads is a multiple of kRawRows): masked, its stage row is
-    // written as zeros, whatever the ring holds there.
-    const bool valid = rows[half * kRawRows + t % kRawRows] >= 0;
     // The half's 16 rows of operand stage c % 2: row r of the half is row first_row + r of the stage, which
     // lies first_row * 128 bytes further in every atom (first_row: 0 or 16, whole swizzle periods), so
     // the offsets below do not depend on the half.
@@ -343,8 +285,8 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     for (int k = 0; k < kPiecesPerThread; ++k) {
       const int i = t + k * kProducerThreads, row = i % kRawRows, piece = i / kRawRows;
       const unsigned char* slot = slots + row * kFp8SlotBytes;
-      const uint4 bytes = valid ? *reinterpret_cast<const uint4*>(slot + piece * 16) : make_uint4(0, 0, 0, 0);
-      const float scale = valid ? reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup] : 0.f;
+      const uint4 bytes = *reinterpret_cast<const uint4*>(slot + piece * 16);
+      const float scale = reinterpret_cast<const float*>(slot + kFp8ScalesOffset)[piece * 16 / kFp8ScaleGroup];
       const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
       uint2 pairs[4];
 #pragma unroll
@@ -357,8 +299,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     if (t < kRawRows * kRopeDim / 8) {  // k_rope: one 16-byte piece (8 values) a thread (128 threads) into its atom
       const int row = t % kRawRows, part = t / kRawRows;
       *reinterpret_cast<uint4*>(stage + kKvAtoms * kStageAtomBytes + atom_offset(row, part * 8, kCtaChunk)) =
-          valid ? *reinterpret_cast<const uint4*>(slots + row * kFp8SlotBytes + kFp8RopeOffset + part * 16)
-                : make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<const uint4*>(slots + row * kFp8SlotBytes + kFp8RopeOffset + part * 16);
     }
     if (half % 2 == 1) {
       fence_proxy_async();  // this thread's writes, for wgmma
@@ -433,16 +374,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   // The producers: this split's positions -> global slot rows (masked entries -1), then the stages.
   if (warpgroup >= kWarpgroups) {
     setmaxnreg_dec<kProducerRegisters>();
-    auto* landed = reinterpret_cast<uint64_t*>(smem + layout.landed);
-    if (kFp8 && threadIdx.x % kProducerThreads == 0) {
-      for (int s = 0; s < kRawStages; ++s) mbarrier_init(landed + s, kProducerWarps);
-      fence_mbarrier_init();
-    }
     translate_positions<kProducerThreads>(p, token, split * positions, positions, rows);
-    sync_named(kProducerBarrier, kProducerThreads);  // rows[] complete (the consumers see them behind kFullBarrier),
-                                                     // the mbarriers initialized
+    sync_named(kProducerBarrier, kProducerThreads);  // rows[] complete (the consumers see them behind kFullBarrier)
     if constexpr (kFp8)
-      produce_fp8(p, rows, operand, smem + layout.raw, landed, num_chunks);
+      produce_fp8(p, rows, operand, smem + layout.raw, num_chunks);
     else
       produce_bf16(p, rows, operand, num_chunks);
     return;
