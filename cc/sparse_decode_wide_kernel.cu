@@ -164,12 +164,22 @@ struct SharedLayout {
   }
 };
 
-// Shared-memory matrix descriptor of wgmma: 128-byte swizzle, byte offsets `leading` and `stride`.
-__device__ __forceinline__ uint64_t smem_descriptor(const void* smem, int leading, int stride) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return static_cast<uint64_t>((addr >> 4) & 0x3FFF) | (static_cast<uint64_t>((leading >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((stride >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
+// Shared-memory matrix descriptor of wgmma (128-byte swizzle, byte offsets `leading` and `stride`) of the
+// operand at `smem`, kept as its two 32-bit halves so that the descriptor of the operand `bytes` further
+// on is one addition: at(bytes) adds bytes / 16 to the address field (shared addresses stay below 256 KB,
+// so its 14 bits never carry into the leading offset). Built once before the main loop, the kernel's
+// descriptors then cost an addition each instead of a shift and masks.
+struct SmemDescriptor {
+  uint32_t lo, hi;  // lo: address / 16 and leading / 16 << 16; hi: stride / 16 and the swizzle mode (bit 62)
+  __device__ __forceinline__ SmemDescriptor(const void* smem, int leading, int stride) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    lo = ((addr >> 4) & 0x3FFF) | (((leading >> 4) & 0x3FFF) << 16);
+    hi = ((stride >> 4) & 0x3FFF) | (1u << 30);
+  }
+  __device__ __forceinline__ uint64_t at(int bytes) const {
+    return (static_cast<uint64_t>(hi) << 32) | (lo + static_cast<uint32_t>(bytes >> 4));
+  }
+};
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -410,11 +420,20 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   // the running sum (its columns; the quad's shares are added at the end).
   float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
 
+  // This warpgroup's operands of the score product (its 4 c_kv atoms and its half of the k_rope atom, of the
+  // queries and of operand stage 0) and of P . V (its c_kv atoms of stage 0, MN-major: N-atoms
+  // kStageAtomBytes apart, k groups of 8 positions 1024 apart).
+  const int own_atoms = warpgroup * (kNopePerGroup / kAtomCols), own_rope = warpgroup * kRopePerGroup * 2;
+  const SmemDescriptor q_nope_desc(q + own_atoms * kQAtomBytes, 16, 1024);
+  const SmemDescriptor q_rope_desc(q + kKvAtoms * kQAtomBytes + own_rope, 16, 1024);
+  const SmemDescriptor kv_nope_desc(operand + own_atoms * kStageAtomBytes, 16, 1024);
+  const SmemDescriptor kv_rope_desc(operand + kKvAtoms * kStageAtomBytes + own_rope, 16, 1024);
+  const SmemDescriptor value_desc(operand + own_atoms * kStageAtomBytes, kStageAtomBytes, 1024);
+
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int s = chunk % kStages;
     sync_named(kFullBarrier + s, kBlockThreads);  // the producers have filled stage s
-    const unsigned char* kv_atoms = operand + s * kStageBytes;  // c_kv, atoms 0..7
-    const unsigned char* rope_atom = kv_atoms + kKvAtoms * kStageAtomBytes;
+    const int stage = s * kStageBytes;  // operand stage s, in bytes from stage 0
 
     // 2. This warpgroup's partial scores over its 256 + 32 columns, all 64 heads (K-major operands;
     //    a k-step of 16 columns is 32 bytes into an atom's rows).
@@ -424,18 +443,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     keep_in_registers(score);  // the zeros are written before the fence (PTX: no accumulator access after it)
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kNopePerGroup / 16; ++ks) {
-      const int col = warpgroup * kNopePerGroup + ks * 16;
-      const int atom = col / kAtomCols, within = (col % kAtomCols) * 2;
-      wgmma_m64n32k16_ss(score, smem_descriptor(q + atom * kQAtomBytes + within, 16, 1024),
-                         smem_descriptor(kv_atoms + atom * kStageAtomBytes + within, 16, 1024));
+    for (int ks = 0; ks < kNopePerGroup / 16; ++ks) {  // atom ks / 4 of the warpgroup's, 32 bytes a k-step
+      const int atom = ks / (kAtomCols / 16), within = (ks % (kAtomCols / 16)) * 32;
+      wgmma_m64n32k16_ss(score, q_nope_desc.at(atom * kQAtomBytes + within),
+                         kv_nope_desc.at(stage + atom * kStageAtomBytes + within));
     }
 #pragma unroll
-    for (int ks = 0; ks < kRopePerGroup / 16; ++ks) {
-      const int within = (warpgroup * kRopePerGroup + ks * 16) * 2;
-      wgmma_m64n32k16_ss(score, smem_descriptor(q + kKvAtoms * kQAtomBytes + within, 16, 1024),
-                         smem_descriptor(rope_atom + within, 16, 1024));
-    }
+    for (int ks = 0; ks < kRopePerGroup / 16; ++ks)
+      wgmma_m64n32k16_ss(score, q_rope_desc.at(ks * 32), kv_rope_desc.at(stage + ks * 32));
     wgmma_commit();
     wgmma_wait_all();
     keep_in_registers(score);
@@ -518,10 +533,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     for (int kk = 0; kk < kCtaChunk / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < 2; ++h)  // columns [128 h, 128 h + 128) of the warpgroup's 256 (C7602: see the top)
-        wgmma_m64n128k16_rs(out_acc + 64 * h, prob[kk],
-                            smem_descriptor(kv_atoms + (warpgroup * kNopePerGroup / kAtomCols + 2 * h) * kStageAtomBytes +
-                                                kk * 2 * 1024,
-                                            kStageAtomBytes, 1024));
+        wgmma_m64n128k16_rs(out_acc + 64 * h, prob[kk], value_desc.at(stage + 2 * h * kStageAtomBytes + kk * 2 * 1024));
     wgmma_commit();
     wgmma_wait_all();
     keep_in_registers(out_acc);
