@@ -138,7 +138,7 @@ def _good_args():
          "argument 'kv_cache' expected dtype torch.bfloat16 or torch.uint8, got torch.float32"),
         ("kv_cache", lambda a: a.view(torch.uint8)[..., :640], ValueError,
          r"argument 'kv_cache' expected shape \(\*, 64, 656\), got \(2, 64, 640\)"),
-        ("kv_cache", lambda a: torch.zeros(2, 64, 2 * 656, dtype=torch.uint8)[..., :656], ValueError,
+        ("kv_cache", lambda a: torch.zeros(2, 64, 2 * 656, dtype=torch.uint8, device=a.device)[..., :656], ValueError,
          r"argument 'kv_cache' expected strides \(\*, 656, 1\) \(contiguous slots\), got \(83968, 1312, 1\)"),
         ("slot_mapping", lambda a: a.int(), TypeError, "argument 'slot_mapping' expected dtype torch.int64, got torch.int32"),
         ("slot_mapping", lambda a: a[:1], ValueError, r"argument 'slot_mapping' expected shape \(3,?\), got \(1,\)"),
@@ -223,6 +223,7 @@ def test_fp8_writes_slots_byte_exact(k_pe_rank):
 def test_fp8_rounding_at_e4m3_boundaries():
     """Quotients on every e4m3 value, every tie and both sides of each tie, at power-of-2 scales (each group's
     amax is 448 * 2**k, so x / scale is exact), and a quotient that exceeds 448 by rounding (saturates)."""
+    host_gen = torch.Generator().manual_seed(21)  # the inputs are built on the host, the cache on DEVICE
     gen = testing.make_generator(DEVICE, seed=21)
     values = _e4m3_boundary_values()
     values = torch.cat([values, -values])
@@ -233,14 +234,14 @@ def test_fp8_rounding_at_e4m3_boundaries():
     groups = torch.cat([torch.full((num_groups, 1), 448.0), values], dim=1) * powers
     num_tokens = -(-num_groups // 4) + 1
     kv_c = torch.ones(num_tokens * 4, 128)
-    kv_c[:num_groups] = groups[:, torch.randperm(128, generator=gen)]
+    kv_c[:num_groups] = groups[:, torch.randperm(128, generator=host_gen)]
     kv_c[-4:] = 0.5
     kv_c[-4, 7] = 1.0234375  # scale 1.0234375 / 448: 1.0234375 / scale = 448.00003 in fp32
     kv_c_normed = kv_c.reshape(num_tokens, KV_LORA_RANK).to(torch.bfloat16)
     assert torch.equal(kv_c_normed.float(), kv_c.reshape(num_tokens, KV_LORA_RANK)), "inputs are exact in bf16"
-    k_pe = torch.randn(num_tokens, QK_ROPE_HEAD_DIM, generator=gen).to(torch.bfloat16)
+    k_pe = torch.randn(num_tokens, QK_ROPE_HEAD_DIM, generator=host_gen).to(torch.bfloat16)
     cache, _ = _poisoned_fp8_cache(gen)
-    slot_mapping = torch.randperm(NUM_SLOTS, generator=gen)[:num_tokens].to(DEVICE)
+    slot_mapping = torch.randperm(NUM_SLOTS, generator=host_gen)[:num_tokens].to(DEVICE)
     expected = _reference_fp8_write(cache, kv_c_normed, k_pe, slot_mapping)
     write_kv(kv_c_normed.to(DEVICE), k_pe.to(DEVICE), cache, slot_mapping)
     _assert_same_bytes(cache, expected)
