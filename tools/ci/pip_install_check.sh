@@ -10,8 +10,9 @@ python3=$(command -v python3) || { echo "pip_install_check.sh: no python3 on PAT
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 venv=$scratch/venv
+cp -r "$root/py" "$scratch/src"  # setuptools builds in the source folder: keep the checkout clean
 "$python3" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$root/tools/ci/requirements.txt" "$root/py"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$root/tools/ci/requirements.txt" "$scratch/src"
 cd "$scratch"
 "$venv/bin/python" - "$venv" <<'PY'
 import pathlib
