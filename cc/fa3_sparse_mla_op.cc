@@ -64,7 +64,7 @@ void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at
   p.valid_count = cache_seqlens.data_ptr<int32_t>();
   p.num_tokens = static_cast<int>(num_tokens);
   const cudaError_t error = launch_topk_to_slots(p, c10::cuda::getCurrentCUDAStream(device.index()).stream());
-  TORCH_CHECK(error == cudaSuccess, "sparse_mla: index conversion launch failed: ", cudaGetErrorString(error));
+  check_cuda(error, "index conversion launch");
 
   // Slot s of the flat view is page s; keys the rotary part, values the latent part.
   const at::Tensor slots = kv_cache.as_strided({rows, kSlotElems}, {kSlotElems, 1}, kv_cache.storage_offset());

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -38,6 +39,14 @@ inline void check_alignment(const char* name, const at::Tensor& t, int64_t bytes
   TORCH_CHECK_VALUE(ok, "sparse_mla: argument '", name, "' expected a ", bytes,
                     "-byte aligned address and strides (multiples of ", elems, " elements), got strides ",
                     t.strides());
+}
+
+// A failed CUDA runtime call as a RuntimeError naming it. The error is first taken off the thread's
+// last-error state, so the next CUDA call of the process (ours or PyTorch's) does not fail with it.
+inline void check_cuda(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return;
+  (void)cudaGetLastError();
+  TORCH_CHECK(false, "sparse_mla: ", what, " failed: ", cudaGetErrorString(error));
 }
 
 }  // namespace sparse_mla

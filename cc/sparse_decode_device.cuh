@@ -146,10 +146,10 @@ struct WeightedSum {
     acc.w *= r;
   }
   __device__ __forceinline__ float4 mean() const {
-    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const float inv = total != 0.f ? 1.f / total : 0.f;  // NaN propagates
     return make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
   }
-  __device__ __forceinline__ float lse(float base) const { return total > 0.f ? base + log2f(total) : kNegInf; }
+  __device__ __forceinline__ float lse(float base) const { return total != 0.f ? base + log2f(total) : kNegInf; }
 };
 
 // Four output columns of one head of a finished token, as bf16.

@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int h = mt * kHeadTileRows + group + half * 8;
-      const float l = row_sum[h], inv = l > 0.f ? 1.f / l : 0.f;
+      const float l = row_sum[h], inv = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         // n-tile nt's columns of this lane: 8 nt + 2 quad, +1 (bf16); 16 quad + 2 nt, +1 (fp8_ds_mla, step 4)
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
     }
   for (int h = tid; h < kHeads; h += kThreads) {
     const float l = row_sum[h];
-    cta_lse[h] = l > 0.f ? row_max[h] + log2f(l) : kNegInf;
+    cta_lse[h] = l != 0.f ? row_max[h] + log2f(l) : kNegInf;
   }
   if constexpr (kCluster > 1) {
     cluster_arrive();

@@ -57,7 +57,7 @@ int max_shared_memory_per_block(int index) {
   if (index < kMaxDevices && cached[index].load(std::memory_order_relaxed) > 0) return cached[index];
   int bytes = 0;
   const cudaError_t error = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, index);
-  TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaDeviceGetAttribute failed: ", cudaGetErrorString(error));
+  check_cuda(error, "cudaDeviceGetAttribute");
   if (index < kMaxDevices) cached[index].store(bytes, std::memory_order_relaxed);
   return bytes;
 }
@@ -154,7 +154,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // log2(e)
   p.ablate = static_cast<int>(ablate);
   const cudaError_t error = launch_sparse_decode(p, c10::cuda::getCurrentCUDAStream(device.index()).stream());
-  TORCH_CHECK(error == cudaSuccess, "sparse_mla: decode kernel launch failed: ", cudaGetErrorString(error));
+  check_cuda(error, "decode kernel launch");
 }
 
 int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, bool kv_fp8,
@@ -164,7 +164,7 @@ int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t cl
   const cudaError_t error =
       max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
                           static_cast<int>(cluster_size), static_cast<int>(positions_per_split), &clusters);
-  TORCH_CHECK(error == cudaSuccess, "sparse_mla: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(error));
+  check_cuda(error, "cudaOccupancyMaxActiveClusters");
   return clusters;
 }
 

@@ -547,8 +547,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     float l = row_sum[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = l > 0.f ? 1.f / l : 0.f;
-    lse[r] = l > 0.f ? row_max[r] + log2f(l) : kNegInf;
+    inv[r] = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
+    lse[r] = l != 0.f ? row_max[r] + log2f(l) : kNegInf;
   }
   const int col0 = warpgroup * kNopePerGroup + 2 * quad;
   if (p.num_splits == 1) {

@@ -44,7 +44,7 @@ void token_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_len
   p.end = static_cast<int>(end);
   p.index_topk = static_cast<int>(index_topk);
   const cudaError_t error = launch_token_metadata(p, c10::cuda::getCurrentCUDAStream(device.index()).stream());
-  TORCH_CHECK(error == cudaSuccess, "sparse_mla: token metadata launch failed: ", cudaGetErrorString(error));
+  check_cuda(error, "token metadata launch");
 }
 
 }  // namespace

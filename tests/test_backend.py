@@ -29,7 +29,7 @@ from sparse_mla.kernels.sparse_mla_attention import (
 )
 from sparse_mla.kernels.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting
-from sparse_mla.ops import fa3
+from sparse_mla.ops import decode, fa3
 from sparse_mla.routes import ROUTES, fa3_route
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference, topk_to_slots_reference
 
@@ -364,8 +364,15 @@ def _forward_args(num_heads=4, num_tokens=3, route=None, kv_cache_dtype="auto"):
         # a padded block stride that is not a whole number of slots: FA3's page-size-1 view cannot address it
         (lambda a: a.update(kv_cache=testing.padded_kv_cache(a["kv_cache"], 100)), ValueError,
          r"argument 'kv_cache' expected a block stride that is a multiple of 576 elements .* got stride\(0\) = 36964"),
+        # a cache view 8 bytes into a larger buffer: refused by every route alike (FA3's loads would fault)
+        (lambda a: a.update(kv_cache=torch.zeros(a["kv_cache"].numel() + 4, dtype=torch.bfloat16,
+                                                 device=a["kv_cache"].device)[4:].view(a["kv_cache"].shape)),
+         ValueError, "argument 'kv_cache' expected a data pointer aligned to 16 bytes"),
         (lambda a: a.update(q=(a["q"][0].transpose(1, 2).contiguous().transpose(1, 2), a["q"][1])), ValueError,
          "argument 'q_nope' expected unit stride in the last dim"),
+        # column-major top-k rows: refused by every route alike
+        (lambda a: a.update(topk_indices=a["topk_indices"].t().contiguous().t()), ValueError,
+         "argument 'topk_indices' expected unit stride in the last dim"),
         (lambda a: a.update(output=torch.zeros(3, 4, 512)), TypeError,
          "argument 'output' expected dtype torch.bfloat16, got torch.float32"),
         (lambda a: a.update(topk_indices=a["topk_indices"].to("meta")), ValueError,
@@ -393,9 +400,11 @@ def _fp8_cache(args):
          r"argument 'kv_cache' expected shape \(\*, 64, 656\), got \(2, 64, 640\)"),
         ("fp8_ds_mla", None, lambda a: a.update(kv_cache=testing.padded_kv_cache(_fp8_cache(a), 100)), ValueError,
          "argument 'kv_cache' expected a block stride that is a multiple of 656 elements"),
+        # a cache view 4 bytes into a larger buffer: refused by every route alike
         ("fp8_ds_mla", None,
-         lambda a: a.update(kv_cache=torch.zeros(2 * 64 * 656 + 2, dtype=torch.uint8)[2:].view(2, 64, 656)),
-         ValueError, "argument 'kv_cache' expected a data pointer aligned to 4 bytes"),
+         lambda a: a.update(kv_cache=torch.zeros(2 * 64 * 656 + 4, dtype=torch.uint8,
+                                                 device=a["kv_cache"].device)[4:].view(2, 64, 656)),
+         ValueError, "argument 'kv_cache' expected a data pointer aligned to 16 bytes"),
         # a step planned for the bf16 cache, on a route that reads only bf16 or on one that reads both
         ("auto", "fa3", lambda a: a.update(kv_cache=_fp8_cache(a)), ValueError,
          "argument 'attn_metadata' expected a step planned for the fp8_ds_mla cache, got one planned for "
@@ -410,6 +419,12 @@ def test_forward_rejects_a_cache_of_another_format(builder_dtype, route, change,
     change(args)
     with pytest.raises(error, match=message):
         SparseMLAImpl(4, kv_cache_dtype="fp8_ds_mla").forward(**args)
+
+
+@pytest.mark.parametrize("index_topk", [0, decode.MAX_TOPK + 1])
+def test_builder_refuses_a_topk_no_route_serves(index_topk):
+    with pytest.raises(ValueError, match=f"argument 'index_topk' expected 1 <= index_topk <= {decode.MAX_TOPK}"):
+        SparseMLAMetadataBuilder(8, CPU, NUM_HEADS, index_topk=index_topk)
 
 
 def test_builder_refuses_a_route_that_cannot_read_fp8():

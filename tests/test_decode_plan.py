@@ -123,6 +123,42 @@ def test_wide_kernel_only_up_to_its_topk():
     assert launch.head_tiles == 2 and launch.positions_per_split == 2 * decode.WIDE_MAX_TOPK
 
 
+@pytest.mark.parametrize("topk", [4097, 8192, 8193, 16384, 100_000, decode.MAX_TOPK])
+@pytest.mark.parametrize("fp8_ds_mla", [False, True])
+def test_wide_topk_plans_are_launchable(topk, fp8_ds_mla):
+    """Every plan of a top-k wider than the default is one the op accepts: no split above the kernel's
+    positions limit, at most MAX_SPLITS splits that cover the row (and the workspace holds them)."""
+    for num_heads in (1, 16, 32, 64, 128):
+        shapes = [dict(), dict(cluster_size=1), dict(cluster_size=decode.CLUSTER_SIZE)]
+        if topk <= decode.MAX_SPLITS * decode.WIDE_MAX_TOPK and num_heads > 16:
+            shapes.append(dict(head_tiles=decode.WIDE_HEAD_TILES))
+        for num_tokens in (1, 2, 8, 16, 64, 300):
+            for capacity in (None, h200_capacity):
+                for shape in shapes:
+                    launch = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=capacity,
+                                         fp8_ds_mla=fp8_ds_mla, **shape)
+                    wide = launch.head_tiles == decode.WIDE_HEAD_TILES
+                    limit = decode.WIDE_MAX_TOPK if wide else decode.MAX_POSITIONS_PER_SPLIT
+                    assert launch.positions_per_split <= limit, (num_tokens, num_heads, shape, launch)
+                    assert launch.positions_per_split % (launch.cluster_size * launch.cta_chunk) == 0
+                    assert 1 <= launch.num_splits <= decode.MAX_SPLITS
+                    assert launch.num_splits * launch.positions_per_split >= topk
+                    assert (launch.num_splits - 1) * launch.positions_per_split < topk  # no empty split
+    ws = decode.DecodeWorkspace.for_max_tokens(8, 64, H200_SMS, torch.device("cpu"), topk=topk,
+                                               cluster_capacity=h200_capacity, fp8_ds_mla=fp8_ds_mla)
+    for t in range(1, 9):
+        assert ws.partial_out.numel() >= decode.plan(t, 64, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
+                                                     fp8_ds_mla=fp8_ds_mla).partial_out_numel
+
+
+def test_plan_refuses_a_topk_no_split_count_holds():
+    with pytest.raises(ValueError, match=f"argument 'topk' expected at most {decode.MAX_TOPK}"):
+        decode.plan(1, 16, H200_SMS, topk=decode.MAX_TOPK + 1)
+    with pytest.raises(ValueError, match="argument 'topk' .* more than MAX_SPLITS"):
+        decode.plan(1, 64, H200_SMS, topk=decode.MAX_SPLITS * decode.WIDE_MAX_TOPK + 1,
+                    head_tiles=decode.WIDE_HEAD_TILES)
+
+
 def test_plan_drops_empty_splits_and_rounds_to_chunks():
     launch = decode.plan(1, 16, 40, topk=2048, ctas_per_sm=1)  # 5 splits asked: 2048 / 5 -> 512 per split -> 4
     assert (launch.num_splits, launch.positions_per_split) == (4, 512)

@@ -160,6 +160,6 @@ def test_cache_formats():
         kv_cache_format.check_kv_cache("kv_cache", torch.zeros(2, 64, 576, dtype=torch.uint8), kv_cache_format.BF16)
     with pytest.raises(TypeError, match="argument 'kv_cache' expected dtype torch.bfloat16 or torch.uint8, got torch.float32"):
         kv_cache_format.check_kv_cache("kv_cache", bf16.float())
-    storage = torch.zeros(2 * 64 * 656 + 2, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="argument 'kv_cache' expected a data pointer aligned to 4 bytes"):
-        kv_cache_format.check_kv_cache("kv_cache", storage[2:].view(2, 64, 656))
+    storage = torch.zeros(2 * 64 * 656 + 4, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="argument 'kv_cache' expected a data pointer aligned to 16 bytes"):
+        kv_cache_format.check_kv_cache("kv_cache", storage[4:].view(2, 64, 656))

@@ -11,7 +11,7 @@ import torch
 
 from sparse_mla import testing
 from sparse_mla.constants import FP8_DS_MLA_SLOT_BYTES, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
-from sparse_mla.fp8_ds_mla import quantize_slots
+from sparse_mla.fp8_ds_mla import E4M3_NAN_CODE, quantize_slots
 from sparse_mla.kernels.kv_cache_writer import write_kv
 from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
 
@@ -104,6 +104,10 @@ def test_check_mode_names_first_bad_token():
     with pytest.raises(ValueError, match=re.escape(message)):
         write_kv(kv_c_normed, k_pe, cache, slot_mapping, check=True)
     _assert_same_bits(cache, before)  # nothing written when the check fails
+    duplicated = torch.tensor([7, -1, 9, 7], dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match=re.escape("tokens 0 and 3: slot_mapping expected distinct slots, got 7")):
+        write_kv(kv_c_normed, k_pe, cache, duplicated, check=True)
+    _assert_same_bits(cache, before)
 
 
 def test_zero_tokens():
@@ -245,6 +249,33 @@ def test_fp8_rounding_at_e4m3_boundaries():
     expected = _reference_fp8_write(cache, kv_c_normed, k_pe, slot_mapping)
     write_kv(kv_c_normed.to(DEVICE), k_pe.to(DEVICE), cache, slot_mapping)
     _assert_same_bytes(cache, expected)
+
+
+def test_fp8_non_finite_latents_as_vllm_stores_them():
+    """NaN is left out of a group's amax and stored as the NaN code 0x7F; an infinite latent makes its group's
+    scale infinite (its code NaN, the finite ones zero); a group of NaN and zeros keeps scale 0."""
+    gen = testing.make_generator(DEVICE, seed=23)
+    kv_c = torch.randn(3, 4, 128, generator=gen, device=DEVICE)
+    kv_c[0, 0, 7] = float("nan")
+    kv_c[0, 1, :] = float("nan")  # a group of NaN only
+    kv_c[0, 2, 3] = float("-inf")
+    kv_c[1, 3, :] = 0.0
+    kv_c[1, 3, 9] = float("nan")  # NaN among zeros
+    kv_c_normed = kv_c.reshape(3, KV_LORA_RANK).to(torch.bfloat16)
+    k_pe = torch.randn(3, QK_ROPE_HEAD_DIM, generator=gen, device=DEVICE).to(torch.bfloat16)
+    cache, _ = _poisoned_fp8_cache(gen)
+    slot_mapping = torch.tensor([3, 70, 200], dtype=torch.int64, device=DEVICE)
+    expected = _reference_fp8_write(cache, kv_c_normed, k_pe, slot_mapping)
+    write_kv(kv_c_normed, k_pe, cache, slot_mapping)
+    _assert_same_bytes(cache, expected)
+    slots = cache.view(-1, FP8_DS_MLA_SLOT_BYTES)
+    codes, scales = slots[[3, 70], :KV_LORA_RANK].view(2, 4, 128), slots[[3, 70], 512:528].view(torch.float32)
+    finite = kv_c_normed[0, :128].float()
+    assert codes[0, 0, 7] == E4M3_NAN_CODE and scales[0, 0] == finite[~finite.isnan()].abs().max() / 448
+    assert (codes[0, 1] == E4M3_NAN_CODE).all() and scales[0, 1] == 0.0
+    assert codes[0, 2, 3] == E4M3_NAN_CODE and scales[0, 2] == float("inf")
+    assert ((codes[0, 2] == 0) | (codes[0, 2] == 0x80) | (codes[0, 2] == E4M3_NAN_CODE)).all()
+    assert codes[1, 3, 9] == E4M3_NAN_CODE and (codes[1, 3, :9] == 0).all() and scales[1, 3] == 0.0
 
 
 def test_fp8_padded_block_stride_and_strided_inputs():

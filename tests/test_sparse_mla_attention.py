@@ -194,6 +194,27 @@ def test_invalid_entries_are_skipped(config, cache_format):
     assert_close(out, lse, ref_out, ref_lse)
 
 
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+@pytest.mark.parametrize("config", [UNSPLIT, SPLIT_4], ids=["unsplit", "split4"])
+def test_nan_in_a_selected_slot_propagates(config, cache_format):
+    """A NaN latent (bf16 NaN, or the fp8 NaN codes 0x7F / 0xFF) makes the output and the LSE of every token
+    that selects its slot NaN, as in the reference; the other tokens are unaffected."""
+    case = make_case([250, 300], [1, 1], num_heads=4, seed=8, pattern="scattered", cache_format=cache_format)
+    slot_ids = reference.global_slot_ids_reference(case.topk_indices, case.req_id, case.token_kv_len,
+                                                   case.block_table, NUM_BLOCKS)
+    poisoned = int(slot_ids[0][slot_ids[0] >= 0][0])
+    row = case.kv_cache.view(-1, case.kv_cache.shape[-1])[poisoned]
+    if cache_format == "fp8_ds_mla":
+        row[3], row[200] = 0x7F, 0xFF
+    else:
+        row[3] = float("nan")
+    out, lse = case.run(config)
+    ref_out, ref_lse = case.reference()
+    assert torch.isnan(ref_lse[0]).all() and torch.isnan(lse[0]).all() and torch.isnan(out[0]).any(dim=-1).all()
+    assert not (slot_ids[1] == poisoned).any()
+    assert_close(out[1:], lse[1:], ref_out[1:], ref_lse[1:])
+
+
 def test_workspace_is_reused_and_left_clean():
     """Two calls through one explicit workspace: counters are zero after each, results stay right."""
     config = SPLIT_2_COLUMNS_4

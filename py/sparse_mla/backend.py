@@ -40,7 +40,7 @@ from sparse_mla.constants import (
 from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, max_default_shared_memory_bytes
 from sparse_mla.kernels.topk_to_slots import check_topk_indices
-from sparse_mla.ops import fa3, token_metadata
+from sparse_mla.ops import decode, fa3, token_metadata
 from sparse_mla.routes import ROUTES, Route
 
 MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
@@ -320,7 +320,8 @@ class SparseMLAMetadataBuilder:
         Query heads ``N`` of each layer on this rank (DeepSeek-V3.2: 128 / tensor-parallel size), as
         the :class:`SparseMLAImpl` of every layer has.
     index_topk : int
-        Width of a top-k row (2048 for DeepSeek-V3.2).
+        Width of a top-k row (2048 for DeepSeek-V3.2), 1 to :data:`sparse_mla.ops.decode.MAX_TOPK`
+        (524288: the widest row the decode kernel's splits hold; every route serves every width up to it).
     route : str, optional
         A name of :data:`sparse_mla.routes.ROUTES` that serves every step, overriding the routing
         table (tests, the benchmark); ``None``: :func:`sparse_mla.routing.choose_route` per ``T``.
@@ -331,7 +332,8 @@ class SparseMLAMetadataBuilder:
     Raises
     ------
     ValueError
-        ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], an unknown ``route`` or
+        ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
+        [1, :data:`sparse_mla.ops.decode.MAX_TOPK`], an unknown ``route`` or
         ``kv_cache_dtype``, or a ``route`` that cannot read the ``kv_cache_dtype`` cache.
     """
 
@@ -351,6 +353,11 @@ class SparseMLAMetadataBuilder:
             )
         if not 1 <= num_heads <= MAX_NUM_HEADS:
             raise ValueError(f"sparse_mla: argument 'num_heads' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+        if not 1 <= index_topk <= decode.MAX_TOPK:
+            raise ValueError(
+                f"sparse_mla: argument 'index_topk' expected 1 <= index_topk <= {decode.MAX_TOPK} (the decode "
+                f"kernel's {decode.MAX_SPLITS} splits of {decode.MAX_POSITIONS_PER_SPLIT} positions), got {index_topk}"
+            )
         if route is not None and route not in ROUTES:
             raise ValueError(f"sparse_mla: argument 'route' expected None or one of {tuple(ROUTES)}, got {route!r}")
         self.kv_cache_format = kv_cache_format.format_of_kv_cache_dtype(kv_cache_dtype)
@@ -657,7 +664,7 @@ class SparseMLAImpl:
         fmt = self.kv_cache_format
         if not (isinstance(kv_cache, torch.Tensor) and kv_cache.dim() == 3 and kv_cache.shape[1:] == fmt.block_shape
                 and kv_cache.dtype is fmt.dtype and kv_cache.device == device
-                and (fmt is kv_cache_format.BF16 or kv_cache.data_ptr() % kv_cache_format.FP8_DS_MLA_SCALE_ALIGNMENT == 0)):
+                and kv_cache.data_ptr() % kv_cache_format.KV_CACHE_ALIGNMENT == 0):
             kv_cache_format.check_kv_cache("kv_cache", kv_cache, fmt, device)
         # The builder picks only routes that read its format: a step planned for another format might work
         # on some step sizes and fail on others, so it is refused on every one.
@@ -671,7 +678,7 @@ class SparseMLAImpl:
             output = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
         else:
             _check_fast("output", output, (num_tokens, num_heads, KV_LORA_RANK), torch.bfloat16, device)
-        for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("output", output)):
+        for name, tensor in (("q_nope", q_nope), ("q_rope", q_rope), ("output", output), ("topk_indices", topk_indices)):
             check_unit_last_stride(name, tensor)  # other strides are free: vLLM's transposed ql_nope view
         check_kv_cache_slot_strides("kv_cache", kv_cache)  # every route: FA3 needs a whole-slot block stride
         if self.check_indices:

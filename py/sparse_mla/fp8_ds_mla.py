@@ -21,8 +21,14 @@ Quantizer rule (:func:`quantize_slots`, followed bit for bit by the Triton write
   saturated to ±448 (CUDA's ``__nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3)``).
 
 One deliberate difference: a group whose values are all zero (``amax == 0``) gets scale ``0.0`` and 128
-zero bytes, as issue 9 asks, where vLLM writes scale ``FLT_MIN`` (and ``0x80`` for a ``-0.0`` input). Both
-read back as zeros; for every other group the bytes and the scale equal vLLM's.
+zero bytes, where vLLM writes scale ``FLT_MIN`` (and ``0x80`` for a ``-0.0`` input). Both read back as
+zeros; for every other group the bytes and the scale equal vLLM's.
+
+Non-finite latents, as vLLM's writer stores them: ``amax`` leaves NaN out (CUDA's ``fmaxf``), a NaN latent is
+stored as the NaN code ``0x7F``, and an infinite one makes its group's scale infinite (its own code NaN, the
+others zero, so the whole group reads back NaN). Readers (every route, and :func:`dequantize_cache`) read the
+NaN codes ``0x7F`` / ``0xFF`` as NaN, so a NaN in a selected slot propagates to the output and the LSE of
+its token, as it does from a bf16 cache.
 """
 
 import torch
@@ -39,12 +45,16 @@ from sparse_mla.constants import (
     QK_ROPE_HEAD_DIM,
 )
 
+E4M3_NAN_CODE = 0x7F
+"""The NaN code writers store (CUDA's ``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``); 0xFF is NaN too."""
+
 FLT_MIN = torch.finfo(torch.float32).smallest_normal
 """Smallest normal fp32 (C's ``FLT_MIN``, 2**-126): the floor of a non-zero group's scale, as in vLLM."""
 
 
 def group_scales(kv_c_normed: torch.Tensor) -> torch.Tensor:
-    """The fp32 scale of each 128-group: ``max(amax / 448, FLT_MIN)``, or 0 for an all-zero group.
+    """The fp32 scale of each 128-group: ``max(amax / 448, FLT_MIN)`` over its non-NaN values, or 0 for a
+    group without a non-zero one.
 
     Parameters
     ----------
@@ -56,7 +66,9 @@ def group_scales(kv_c_normed: torch.Tensor) -> torch.Tensor:
     torch.Tensor
         `[T, 4]` float32.
     """
-    amax = kv_c_normed.float().abs().reshape(-1, FP8_DS_MLA_NUM_SCALES, FP8_DS_MLA_GROUP_SIZE).amax(dim=-1)
+    magnitude = kv_c_normed.float().abs()
+    magnitude = torch.where(magnitude.isnan(), torch.zeros_like(magnitude), magnitude)  # fmaxf leaves NaN out
+    amax = magnitude.reshape(-1, FP8_DS_MLA_NUM_SCALES, FP8_DS_MLA_GROUP_SIZE).amax(dim=-1)
     # A tensor divisor: PyTorch's CUDA division by a Python scalar multiplies by its reciprocal (1 ulp off
     # the IEEE quotient vLLM's kernel and ours compute); tensor by tensor divides exactly on every device.
     scale = torch.clamp(amax / torch.full_like(amax, FP8_E4M3_MAX), min=FLT_MIN)
@@ -69,7 +81,7 @@ def quantize_slots(kv_c_normed: torch.Tensor, k_pe: torch.Tensor) -> torch.Tenso
     Parameters
     ----------
     kv_c_normed : torch.Tensor
-        `[T, 512]` bf16 normalized latents ``c_kv``; finite values.
+        `[T, 512]` bf16 normalized latents ``c_kv`` (non-finite ones as the module docstring says).
     k_pe : torch.Tensor
         `[T, 64]` bf16 rotary keys, stored unchanged.
 
@@ -89,11 +101,12 @@ def quantize_slots(kv_c_normed: torch.Tensor, k_pe: torch.Tensor) -> torch.Tenso
     scale = group_scales(kv_c_normed)  # [T, 4]
     groups = kv_c_normed.float().reshape(num_tokens, FP8_DS_MLA_NUM_SCALES, FP8_DS_MLA_GROUP_SIZE)
     quotient = groups / scale[..., None]  # IEEE fp32 division; NaN in all-zero groups (scale 0), replaced below
-    quotient = torch.where(scale[..., None] > 0, quotient, torch.zeros_like(quotient))
+    quotient = torch.where((scale[..., None] > 0) | groups.isnan(), quotient, torch.zeros_like(quotient))
     # torch's float -> float8_e4m3fn conversion rounds to nearest-even; saturating (CUDA's __NV_SATFINITE) is
     # explicit here rather than left to how a torch version converts out-of-range values. A quotient can exceed
     # 448 by rounding alone (bf16 1.0234375 / (1.0234375 / 448) = 448.00003 in fp32).
     fp8 = quotient.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+    fp8 = torch.where(quotient.isnan(), torch.full_like(fp8, E4M3_NAN_CODE), fp8)  # either sign: 0x7F
     slots = torch.empty(num_tokens, FP8_DS_MLA_SLOT_BYTES, dtype=torch.uint8, device=kv_c_normed.device)
     slots[:, :FP8_DS_MLA_SCALE_OFFSET] = fp8.reshape(num_tokens, KV_LORA_RANK)
     slots[:, FP8_DS_MLA_SCALE_OFFSET:FP8_DS_MLA_ROPE_OFFSET] = scale.view(torch.uint8)  # little-endian hosts

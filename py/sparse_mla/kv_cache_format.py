@@ -49,9 +49,9 @@ FP8_DS_MLA = KVCacheFormat("fp8_ds_mla", torch.uint8, FP8_DS_MLA_SLOT_BYTES)
 
 FORMATS = (BF16, FP8_DS_MLA)
 
-FP8_DS_MLA_SCALE_ALIGNMENT = 4
-"""Bytes an fp8_ds_mla cache's data pointer is aligned to, so that every slot's fp32 scales are (a slot
-is 656 = 16 * 41 bytes)."""
+KV_CACHE_ALIGNMENT = 16
+"""Bytes a cache's data pointer is aligned to, in either format: the decode kernel's and FA3's 16-byte row
+loads need it, so every route and the writer require it (a slot, 1152 or 656 = 16 * 41 bytes, keeps it)."""
 
 KV_CACHE_DTYPES: Dict[str, KVCacheFormat] = {"auto": BF16, "bfloat16": BF16, "fp8_ds_mla": FP8_DS_MLA}
 """The engine's ``kv_cache_dtype`` strings served, and the format each one means (``"auto"``: the bf16
@@ -105,15 +105,14 @@ def check_kv_cache(
     TypeError
         Another dtype (than ``fmt``'s, or than bf16 / uint8).
     ValueError
-        Another shape or device, or an fp8_ds_mla cache that does not start 4-byte aligned (its kernels
-        read the fp32 scales at byte 512 of each slot).
+        Another shape or device, or a cache that does not start :data:`KV_CACHE_ALIGNMENT`-byte aligned.
     """
     fmt = fmt or format_of_cache(name, kv_cache)
     check_tensor(name, kv_cache, dtype=fmt.dtype, device=device)  # the dtype first: it names the format
     check_tensor(name, kv_cache, shape=(None, *fmt.block_shape))
-    if fmt is FP8_DS_MLA and kv_cache.data_ptr() % FP8_DS_MLA_SCALE_ALIGNMENT:
+    if kv_cache.data_ptr() % KV_CACHE_ALIGNMENT:
         raise ValueError(
-            f"sparse_mla: argument '{name}' expected a data pointer aligned to {FP8_DS_MLA_SCALE_ALIGNMENT} bytes "
-            f"(fp32 scales), got {kv_cache.data_ptr():#x}"
+            f"sparse_mla: argument '{name}' expected a data pointer aligned to {KV_CACHE_ALIGNMENT} bytes, "
+            f"got {kv_cache.data_ptr():#x}"
         )
     return fmt

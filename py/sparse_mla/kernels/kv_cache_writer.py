@@ -62,6 +62,9 @@ SUBNORMAL_ROUNDER = tl.constexpr(2.0**14)
 """fp32 ``2**14`` has an ulp of ``2**-9``, e4m3's subnormal step: ``a + 2**14`` rounds ``a < 2**-6`` to that step
 (nearest-even, by the fp32 addition) and leaves ``m`` in the low mantissa bits."""
 
+E4M3_NAN_CODE = tl.constexpr(0x7F)
+"""The e4m3fn NaN that CUDA's ``__nv_cvt_float_to_fp8(nan, __NV_SATFINITE, __NV_E4M3)`` gives (vLLM's writer)."""
+
 SUBNORMAL_ROUNDER_BITS = tl.constexpr((127 + 14) << 23)
 """The fp32 bits of :data:`SUBNORMAL_ROUNDER`: subtracted from the bits of ``a + 2**14`` they leave ``m``."""
 
@@ -118,7 +121,7 @@ def _e4m3fn_bytes(y):
     ``a >= 2**-6`` keeps 3 mantissa bits, rounded to nearest-even by adding ``0x7FFFF`` plus the lowest kept
     bit (a carry into the exponent is the correct rounding up); its code is then the fp32 exponent and top 3
     mantissa bits, re-biased from 127 to 7. Smaller magnitudes are subnormal codes (:data:`SUBNORMAL_ROUNDER`);
-    code 8 (``2**-6``) continues them exactly. ``y`` must not be NaN.
+    code 8 (``2**-6``) continues them exactly. A NaN ``y`` gives :data:`E4M3_NAN_CODE`.
     """
     a = tl.minimum(tl.abs(y), FP8_MAX)
     bits = a.to(tl.int32, bitcast=True)
@@ -126,7 +129,7 @@ def _e4m3fn_bytes(y):
     subnormal = (a + SUBNORMAL_ROUNDER).to(tl.int32, bitcast=True) - SUBNORMAL_ROUNDER_BITS
     magnitude = tl.where(a >= E4M3_MIN_NORMAL, normal, subnormal)
     sign = (y.to(tl.int32, bitcast=True) >> 24) & 0x80
-    return magnitude | sign
+    return tl.where(y != y, E4M3_NAN_CODE, magnitude | sign)
 
 
 @triton.jit
@@ -157,11 +160,12 @@ def _write_kv_fp8_ds_mla_kernel(
         groups = tl.arange(0, NUM_GROUPS)
         cols = groups[:, None] * GROUP_SIZE + tl.arange(0, GROUP_SIZE)[None, :]  # [4, 128] c_kv columns = byte offsets
         c_kv = tl.load(kv_c_ptr + token * kv_c_stride_t + cols * kv_c_stride_d).to(tl.float32)
-        amax = tl.max(tl.abs(c_kv), axis=1)  # [4]
+        is_nan = c_kv != c_kv
+        amax = tl.max(tl.where(is_nan, 0.0, tl.abs(c_kv)), axis=1)  # [4]; NaN left out, as CUDA's fmaxf does
         scale = tl.where(amax > 0, tl.maximum(tl.math.div_rn(amax, FP8_MAX), SCALE_FLOOR), 0.0)
-        nonzero = scale > 0  # an all-zero group: scale 0 and zero bytes
+        nonzero = scale > 0  # an all-zero group: scale 0 and zero bytes (but NaN codes for NaN latents)
         quotient = tl.math.div_rn(c_kv, tl.where(nonzero, scale, 1.0)[:, None])
-        codes = tl.where(nonzero[:, None], _e4m3fn_bytes(quotient), 0)
+        codes = tl.where(nonzero[:, None] | is_nan, _e4m3fn_bytes(quotient), 0)
         tl.store(row + cols, codes.to(tl.uint8))
         tl.store((row + SCALE_OFFSET).to(tl.pointer_type(tl.float32)) + groups, scale)
         pe_cols = tl.arange(0, ROPE_DIM)
@@ -197,16 +201,19 @@ def write_kv(
         `[T]` int64 cache slot of each token (``block * 64 + row``); ``-1`` = padding, not written.
         Slots outside ``[0, num_blocks * 64)`` are skipped.
     check : bool
-        Debugging mode: raise on the first token whose slot is neither ``-1`` nor inside the cache.
-        Synchronizes with the host; not for CUDA graphs.
+        Debugging mode: raise on the first token whose slot is neither ``-1`` nor inside the cache, and on
+        two tokens given the same slot. Synchronizes with the host; not for CUDA graphs.
+
+    Two tokens given the same slot (an engine bug) leave that slot undefined: one token's row, the other's,
+    or parts of both. ``check=True`` finds it.
 
     Raises
     ------
     TypeError
         A tensor has another dtype (``kv_cache``: neither bf16 nor uint8).
     ValueError
-        A shape, device or (fp8_ds_mla) stride is wrong, or (with ``check``) a slot is out of range; the
-        message names the token.
+        A shape, device or (fp8_ds_mla) stride is wrong, or (with ``check``) a slot is out of range or given
+        to two tokens; the message names the tokens.
 
     Example
     -------
@@ -232,6 +239,16 @@ def write_kv(
             raise ValueError(
                 f"sparse_mla: token {t}: slot_mapping expected -1 or in [0, num_blocks * {KV_BLOCK_SIZE} = "
                 f"{num_slots}), got {int(slot_mapping[t])}"
+            )
+        written = (slot_mapping >= 0).nonzero().flatten()
+        slots, order = torch.sort(slot_mapping[written], stable=True)
+        repeated = (slots[1:] == slots[:-1]).nonzero()
+        if len(repeated):
+            i = int(repeated[0, 0])
+            first, second = int(written[order[i]]), int(written[order[i + 1]])
+            raise ValueError(
+                f"sparse_mla: tokens {first} and {second}: slot_mapping expected distinct slots, got "
+                f"{int(slots[i])} for both"
             )
     if num_tokens == 0:
         return

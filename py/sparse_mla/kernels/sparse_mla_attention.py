@@ -286,7 +286,7 @@ def _sparse_mla_attention_kernel(
             acc = tl.dot(p, v, acc * alpha[:, None])
         m_i = m_new
 
-    has_any = l_i > 0.0
+    has_any = l_i != 0.0  # a NaN sum (a NaN in a selected slot) propagates, as from the reference
     l_safe = tl.where(has_any, l_i, 1.0)
     o = acc / l_safe[:, None]  # [BLOCK_H, BLOCK_DV]; 0 for a head without a valid position
     lse2 = tl.where(has_any, m_i + tl.log2(l_safe), float("-inf"))  # [BLOCK_H] base-2 LSE
@@ -352,7 +352,9 @@ def _dequantized_c_kv(kv_ptr, row, cols, valid, SCALE_OFFSET: tl.constexpr, GROU
     codes = tl.load(kv_ptr + row[:, None] + cols[None, :], mask=valid[:, None], other=0)  # uint8
     scale_ptrs = (kv_ptr + row + SCALE_OFFSET).to(tl.pointer_type(tl.float32))  # [BLOCK_N]
     scale = tl.load(scale_ptrs[:, None] + (cols // GROUP_SIZE)[None, :], mask=valid[:, None], other=0.0)
-    values = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale
+    values = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    # The NaN codes read as NaN on every device (the interpreter's conversion reads them as +-480).
+    values = tl.where((codes & 0x7F) == 0x7F, float("nan"), values) * scale
     if BF16_BY_BITS:
         return bf16_rne(values)
     return values.to(tl.bfloat16)
@@ -407,7 +409,7 @@ def _merge_splits(
             base = tl.where(lse_max == float("-inf"), 0.0, lse_max)
             weight = tl.exp2(lse_parts - base[None, :])  # [SPLIT_PAD, MERGE_H]
             weight_sum = tl.sum(weight, 0)
-            has_any = weight_sum > 0.0
+            has_any = weight_sum != 0.0
             sum_safe = tl.where(has_any, weight_sum, 1.0)
             inv_sum = tl.where(has_any, 1.0 / sum_safe, 0.0)
             heads = head_block * BLOCK_H + h_local

@@ -75,6 +75,12 @@ WIDE_CTA_CHUNK = 32
 MAX_SPLITS = 64
 """Most splits of one token's positions (``kMaxSplits``)."""
 
+MAX_POSITIONS_PER_SPLIT = 8192
+"""Most positions of one split on the first kernel (``kMaxPositionsPerSplit``): its slot ids sit in shared memory."""
+
+MAX_TOPK = MAX_SPLITS * MAX_POSITIONS_PER_SPLIT
+"""The widest top-k row the plan serves: every split at its most positions."""
+
 CTA_CHUNKS = (16, 32)
 """Positions per pipeline stage of one CTA the kernel is built for; a split covers a multiple of
 ``cluster_size * cta_chunk`` positions."""
@@ -256,7 +262,8 @@ def plan(
     split covers a multiple of ``cluster_size * cta_chunk`` positions (one stage of each of its CTAs).
     Splits ``s = floor(num_sms * ctas_per_sm / (cluster_size * T * head_groups))`` clamped to
     ``[1, min(64, topk / (cluster_size * cta_chunk))]``, then positions per split ``ceil(topk / s)``
-    rounded up to that granule (and ``s`` reduced to the splits that still hold positions).
+    rounded up to that granule (and ``s`` reduced to the splits that still hold positions); never fewer
+    splits than keep a split within :data:`MAX_POSITIONS_PER_SPLIT` (the wide kernel: :data:`WIDE_MAX_TOPK`).
     ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` or on the wide kernel, and 2 above (measured with the first
     release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv), except on the fp8_ds_mla cache
     (``fp8_ds_mla``) with 16 heads per CTA from ``T * head_groups = FP8_THREE_CTAS_MIN_GROUPS`` on: 3. Example
@@ -278,12 +285,15 @@ def plan(
     ------
     ValueError
         ``num_heads`` outside [1, 128], a negative ``num_tokens`` (0: an all-padding step, nothing
-        launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``cluster_size`` not in
+        launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``topk`` above :data:`MAX_TOPK`,
+        ``cluster_size`` not in
         :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
         :data:`HEAD_TILES`, or the wide kernel's ``head_tiles`` with another stage or cluster size.
     """
     if not 1 <= num_heads <= 128:
         raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
+    if topk > MAX_TOPK:
+        raise ValueError(f"sparse_mla: argument 'topk' expected at most {MAX_TOPK} (MAX_TOPK), got {topk}")
     if num_tokens < 0:
         raise ValueError(f"sparse_mla: argument 'num_tokens' expected >= 0, got {num_tokens}")
     for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
@@ -320,8 +330,14 @@ def plan(
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
+    # Enough splits that none holds more positions than its CTA's shared memory keeps slot ids of.
+    min_splits = -(-chunks * granule // (WIDE_MAX_TOPK if wide else MAX_POSITIONS_PER_SPLIT))
+    if min_splits > MAX_SPLITS:
+        raise ValueError(
+            f"sparse_mla: argument 'topk' {topk} needs {min_splits} splits on head_tiles={head_tiles}, "
+            f"more than MAX_SPLITS = {MAX_SPLITS}")
     splits = (num_sms * ctas_per_sm) // (cluster_size * token_groups)
-    splits = max(1, min(splits, MAX_SPLITS, chunks))
+    splits = max(min_splits, min(splits, MAX_SPLITS, chunks))
     if cluster_capacity is not None:
 
         def positions_and_capacity(s: int) -> Tuple[int, int]:  # a split's positions, clusters per wave
@@ -342,8 +358,8 @@ def plan(
             return -(-token_groups * s // capacity) * per_cta
 
         if uncapped:
-            splits = min(UNCAPPED_MAX_SPLITS, chunks)
-        splits = min(range(1, splits + 1), key=wave_steps)  # the fewest splits among the shortest
+            splits = max(min_splits, min(UNCAPPED_MAX_SPLITS, chunks))
+        splits = min(range(min_splits, splits + 1), key=wave_steps)  # the fewest splits among the shortest
     positions_per_split = -(-chunks // splits) * granule
     return DecodePlan(
         num_tokens=num_tokens,
@@ -422,7 +438,7 @@ class DecodeWorkspace:
         :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
         N = 32: 86.5 MB at T = 440, 3 splits)."""
         shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
-        if _wide_serves(num_heads):
+        if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take it above
             shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
         capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
         # More tokens never split again once a step's plans do not: on the bf16 cache from there on; on the
