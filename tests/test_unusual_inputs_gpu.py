@@ -6,7 +6,9 @@
 * Inputs every route refuses alike, before any kernel runs: a cache view at a byte offset, column-major
   top-k rows.
 * NaN latents: written by ``write_kv`` into a selected slot, they reach the output and the LSE of exactly
-  the tokens that select it, on both cache formats (the fp8 writer stores vLLM's NaN code 0x7F).
+  the tokens that select it, on both cache formats (the fp8 writer stores vLLM's NaN code 0x7F), on the
+  routes of our kernels. FA3's own softmax (sgl-attn ``hopper/softmax.h``: a NaN row sum gives output 0 and
+  LSE -inf, which its split combine then drops) does not propagate it; that route is left out here.
 
 Accuracy bound: ``||out - ref|| / ||ref|| < 1e-2`` and the LSE within ``1e-2 * max(1, |ref|)``
 (:func:`sparse_mla.testing.assert_attention_close`); outputs are NaN-poisoned before every call.
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.skipif(
 CACHE_DTYPES = {"auto": "bfloat16", "fp8_ds_mla": "fp8_ds_mla"}
 ROUTE_CACHES = [(route, dtype) for route in sorted(ROUTES) for dtype, fmt in CACHE_DTYPES.items()
                 if fmt in ROUTES[route].cache_formats]
+NAN_PROPAGATING = [(route, dtype) for route, dtype in ROUTE_CACHES if route != "fa3"]
 
 
 def _step(route, kv_cache_dtype, num_heads, seq_lens, query_lens, topk, seed):
@@ -108,7 +111,7 @@ def test_column_major_topk_is_refused_by_every_route(route, kv_cache_dtype):
 
 
 @pytest.mark.parametrize("num_heads", [16, 128])
-@pytest.mark.parametrize("route, kv_cache_dtype", ROUTE_CACHES)
+@pytest.mark.parametrize("route, kv_cache_dtype", NAN_PROPAGATING)
 def test_nan_latent_propagates_to_the_tokens_that_select_it(route, kv_cache_dtype, num_heads):
     batch, metadata, q_nope, q_rope, kv_cache = _step(route, kv_cache_dtype, num_heads, [3000, 2500, 700],
                                                       [1, 2, 1], 2048, seed=73)

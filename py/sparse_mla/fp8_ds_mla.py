@@ -26,9 +26,10 @@ zeros; for every other group the bytes and the scale equal vLLM's.
 
 Non-finite latents, as vLLM's writer stores them: ``amax`` leaves NaN out (CUDA's ``fmaxf``), a NaN latent is
 stored as the NaN code ``0x7F``, and an infinite one makes its group's scale infinite (its own code NaN, the
-others zero, so the whole group reads back NaN). Readers (every route, and :func:`dequantize_cache`) read the
-NaN codes ``0x7F`` / ``0xFF`` as NaN, so a NaN in a selected slot propagates to the output and the LSE of
-its token, as it does from a bf16 cache.
+others zero, so the whole group reads back NaN). Readers (the decode and Triton routes, and
+:func:`dequantize_cache`) read the NaN codes ``0x7F`` / ``0xFF`` as NaN, so a NaN in a selected slot
+propagates to the output and the LSE of its token, as it does from a bf16 cache on those routes. The FA3
+route (bf16 only) follows FA3's own softmax, which gives a row whose sum is NaN output 0 and LSE -inf.
 """
 
 import torch
