@@ -1,0 +1,42 @@
+"""Draws the README's plot from a side-by-side CSV (columns of results/2026-12-01-h200-side-by-side/side_by_side.csv):
+µs per call against T, one panel per head count, for sparse_mla (bf16 and fp8_ds_mla caches), the FA3 route
+and FlashMLA's fp8 sparse decode, with the memory/compute bound. Run: python3 tools/plot_side_by_side.py CSV PNG"""
+
+import csv
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SERIES = (
+    ("ours_bf16_us", "sparse_mla, bf16 cache"),
+    ("ours_fp8_us", "sparse_mla, fp8_ds_mla cache"),
+    ("fa3_route_us", "FA3 route (SGLang's FA3)"),
+    ("flashmla_fp8_decode_us", "FlashMLA fp8 sparse decode"),
+    ("bound_us", "memory / compute bound"),
+)
+
+
+def main(csv_path: str, png_path: str) -> None:
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    heads = sorted({int(r["N"]) for r in rows})
+    fig, axes = plt.subplots(1, len(heads), figsize=(4.5 * len(heads), 4), sharey=True)
+    for ax, n in zip(axes, heads):
+        points = sorted((int(r["T"]), r) for r in rows if int(r["N"]) == n)
+        tokens = [t for t, _ in points]
+        for column, label in SERIES:
+            style = dict(linestyle=":", color="gray") if column == "bound_us" else dict(marker="o", markersize=3)
+            ax.plot(tokens, [float(r[column]) for _, r in points], label=label, **style)
+        ax.set(xscale="log", yscale="log", title=f"N = {n} heads", xlabel="T (query tokens)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("µs per call (H200, CUDA-graph replay)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
