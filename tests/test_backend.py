@@ -11,7 +11,8 @@ import re
 import pytest
 import torch
 
-from sparse_mla import device_info, kv_cache_format, routing, testing
+from sparse_mla import device_info, kv_cache_format, routing
+import sparse_mla_testing as testing
 from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -27,7 +28,7 @@ from sparse_mla.kernels.sparse_mla_attention import (
     max_default_shared_memory_bytes,
     shared_memory_bytes,
 )
-from sparse_mla.kernels.topk_to_slots import topk_to_slots
+from sparse_mla_testing.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting
 from sparse_mla.ops import decode, fa3
 from sparse_mla.routes import ROUTES, fa3_route
@@ -251,21 +252,6 @@ def test_shared_memory_bound_covers_the_h200_compiler_report():
     h200 = max_default_shared_memory_bytes(132, INDEX_TOPK)
     assert h200 == shared_memory_bytes(LaunchConfig(64, 32, 64, 8, 4, 7), 8) == 198144  # "194 KiB"
     assert h200 <= 227 * 1024, "the H200's configurations must fit its 227 KiB per block"
-
-
-def test_validate_configuration_takes_vllm_selector_arguments():
-    """vLLM 0.33.0's selector passes device_capability and every AttentionSelectorConfig field by keyword."""
-    selector_config = dict(
-        head_size=576, dtype=torch.bfloat16, kv_cache_dtype="bfloat16", block_size=64, use_mla=True,
-        has_sink=False, use_sparse=True, use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder",
-        has_sliding_window=False, use_non_causal=False, use_batch_invariant=False, use_kv_connector=True,
-        use_pcp=False, use_adaptive_verification=True, use_dcp=False, use_rswa=False,
-    )
-    assert SparseMLABackend.validate_configuration(device_capability=(9, 0), **selector_config) == []
-    selector_config.update(use_dcp=True, has_sliding_window=True, attn_type="encoder")
-    reasons = SparseMLABackend.validate_configuration(device_capability=(9, 0), **selector_config)
-    assert reasons == ["attention type 'encoder' not supported (decoder only)", "has_sliding_window not supported",
-                       "use_dcp not supported"], reasons
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the tables' answer for 8.0; a visible GPU's own figures take precedence")

@@ -12,7 +12,7 @@ from typing import Sequence
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,

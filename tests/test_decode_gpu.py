@@ -7,7 +7,7 @@ valid positions), -1 at the end, the start or scattered with extra holes; N in {
 and a padded cache block stride; the fp8_ds_mla cache (against the reference on its dequantized values); CUDA-graph capture at padded T replayed with fewer real tokens and
 new contents (equal to eager); argument errors. Outputs are poisoned (NaN) before every call.
 
-Accuracy (:func:`sparse_mla.testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
+Accuracy (:func:`sparse_mla_testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
 LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position.
 """
 
@@ -17,7 +17,8 @@ import math
 import pytest
 import torch
 
-from sparse_mla import kv_cache_format, testing
+from sparse_mla import kv_cache_format
+import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
 

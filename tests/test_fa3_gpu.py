@@ -7,7 +7,9 @@ Needs a Hopper GPU and the extension (--config=sm90).
 import pytest
 import torch
 
-from sparse_mla import reference, testing
+from sparse_mla import reference
+import sparse_mla_testing as testing
+from sparse_mla_testing import fa3_calls
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_LORA_RANK
 from sparse_mla.ops import fa3
 
@@ -44,7 +46,7 @@ def _fa3_sparse_mla(q_nope, q_rope, kv_cache, page_table, cache_seqlens, num_spl
     num_tokens = q_nope.shape[0]
     flat = kv_cache.view(-1, 1, 1, kv_cache.shape[-1])
     out = torch.full_like(q_nope, float("nan"))  # poisoned: every element must be written
-    out, lse = fa3.flash_attn_with_kvcache(
+    out, lse = fa3_calls.flash_attn_with_kvcache(
         q_rope,
         flat[..., KV_LORA_RANK:],
         flat[..., :KV_LORA_RANK],
@@ -116,7 +118,7 @@ def test_unsupported_calls_raise(q_dtype, error, message):
     q = torch.randn(2, 4, 64, device=CUDA, dtype=q_dtype)
     cache = torch.randn(8, 1, 1, 64, device=CUDA, dtype=torch.bfloat16)
     with pytest.raises(error, match=message):
-        fa3.flash_attn_with_kvcache(
+        fa3_calls.flash_attn_with_kvcache(
             q, cache, cache,
             page_table=torch.zeros(2, 4, dtype=torch.int32, device=CUDA),
             cache_seqlens=torch.ones(2, dtype=torch.int32, device=CUDA),

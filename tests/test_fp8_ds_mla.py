@@ -11,7 +11,8 @@ import struct
 import pytest
 import torch
 
-from sparse_mla import kv_cache_format, testing
+from sparse_mla import kv_cache_format
+import sparse_mla_testing as testing
 from sparse_mla.constants import (
     FP8_DS_MLA_GROUP_SIZE,
     FP8_DS_MLA_NUM_SCALES,

@@ -15,7 +15,7 @@
 Accuracy: against :func:`sparse_mla.reference.sparse_mla_reference` on the same fp8 cache (it dequantizes
 the gathered slots), so the bound is the kernel's own error: ``||out - ref|| / ||ref|| < 1e-2``, LSE within
 ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position
-(:func:`sparse_mla.testing.assert_attention_close`). The quantization error against the bf16 values the
+(:func:`sparse_mla_testing.assert_attention_close`). The quantization error against the bf16 values the
 cache was quantized from is printed, and asserted only loosely (< 0.1). Outputs are NaN-poisoned before
 every call. Run with ``-s`` to see the printed errors.
 """
@@ -25,7 +25,8 @@ from typing import Sequence
 import pytest
 import torch
 
-from sparse_mla import routing, testing
+from sparse_mla import routing
+import sparse_mla_testing as testing
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,

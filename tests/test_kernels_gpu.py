@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK
 from sparse_mla.kernels.kv_cache_writer import write_kv
-from sparse_mla.kernels.topk_to_slots import topk_to_slots
+from sparse_mla_testing.topk_to_slots import topk_to_slots
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.constants import FP8_DS_MLA_SLOT_BYTES, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla.fp8_ds_mla import E4M3_NAN_CODE, quantize_slots
 from sparse_mla.kernels.kv_cache_writer import write_kv

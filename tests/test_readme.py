@@ -1,6 +1,7 @@
-"""The README's copies of example files equal the files, so the README cannot drift from what CI runs.
+"""The documentation's copies of example files equal the files, so README.md and docs/ cannot drift from
+what CI runs.
 
-A copy is a fenced block right after the line ``<!-- copy of PATH; ... -->``.
+A copy is a fenced block right after the line ``<!-- copy of PATH; ... -->``, in README.md or a docs/*.md.
 """
 
 import pathlib
@@ -30,8 +31,14 @@ def _source(path: str) -> pathlib.Path:
     return ROOT / path
 
 
+def _documents() -> list:
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+
+
 def _copies() -> dict:
-    return dict(_COPY.findall((ROOT / "README.md").read_text()))
+    copies = [pair for document in _documents() for pair in _COPY.findall(document.read_text())]
+    assert len({path for path, _ in copies}) == len(copies), "a file is copied twice in the documentation"
+    return dict(copies)
 
 
 def test_readme_copies_exactly_the_listed_files():
@@ -41,7 +48,7 @@ def test_readme_copies_exactly_the_listed_files():
 @pytest.mark.parametrize("path", COPIED)
 def test_copy_equals_the_file(path):
     copy = _copies().get(path)
-    assert copy is not None, f"README.md has no copy of {path}"
+    assert copy is not None, f"neither README.md nor docs/ has a copy of {path}"
     assert copy == _source(path).read_text(), (
-        f"README.md's copy of {path} differs from the file; paste the file into the README again"
+        f"the documentation's copy of {path} differs from the file; paste the file into it again"
     )

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from sparse_mla import reference, testing
+from sparse_mla import reference
+import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, FP8_DS_MLA_SLOT_BYTES, KV_BLOCK_SIZE, KV_LORA_RANK
 from sparse_mla.fp8_ds_mla import quantize_slots
 

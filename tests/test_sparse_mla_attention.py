@@ -21,7 +21,8 @@ from typing import Optional
 import pytest
 import torch
 
-from sparse_mla import reference, testing
+from sparse_mla import reference
+import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, KV_BLOCK_SIZE
 from sparse_mla.kernels.sparse_mla_attention import (
     LaunchConfig,

@@ -6,7 +6,7 @@ and scattered; N in {16, 128} and the odd {7, 100}; T in {1, 4, 16, 64} (several
 are speculative / prefill tokens with their own causal lengths). Then CUDA-graph capture and replay
 with new contents, through the split path's arrival counters.
 
-Accuracy (:func:`sparse_mla.testing.assert_attention_close`): ``rel = ||out - ref|| / ||ref|| < 1e-2``;
+Accuracy (:func:`sparse_mla_testing.assert_attention_close`): ``rel = ||out - ref|| / ||ref|| < 1e-2``;
 the natural-log LSE within ``1e-2 * max(1, |ref|)`` where finite and ``-inf`` exactly where the
 reference has no valid position. Outputs are poisoned (NaN) before every call.
 """
@@ -14,7 +14,7 @@ reference has no valid position. Outputs are poisoned (NaN) before every call.
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.kernels.sparse_mla_attention import (
     LaunchConfig,

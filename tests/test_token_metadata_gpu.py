@@ -9,7 +9,7 @@ reset). Every entry of the persistent buffers is compared, poisoned before the G
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.backend import SparseMLAMetadataBuilder
 from sparse_mla.ops import token_metadata
 

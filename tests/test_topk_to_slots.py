@@ -5,9 +5,9 @@ import re
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
-from sparse_mla.kernels.topk_to_slots import slot_rows_view, topk_to_slots
+from sparse_mla_testing.topk_to_slots import slot_rows_view, topk_to_slots
 from sparse_mla.reference import topk_to_slots_reference
 from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
 

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, interpreting, kernel_device_type
 
 pytestmark = pytest.mark.skipif(

@@ -11,13 +11,13 @@
   LSE -inf, which its split combine then drops) does not propagate it; that route is left out here.
 
 Accuracy bound: ``||out - ref|| / ||ref|| < 1e-2`` and the LSE within ``1e-2 * max(1, |ref|)``
-(:func:`sparse_mla.testing.assert_attention_close`); outputs are NaN-poisoned before every call.
+(:func:`sparse_mla_testing.assert_attention_close`); outputs are NaN-poisoned before every call.
 """
 
 import pytest
 import torch
 
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, KV_BLOCK_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla.fp8_ds_mla import E4M3_NAN_CODE

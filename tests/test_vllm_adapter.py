@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vllm_adapter_steps as steps
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
 from sparse_mla.kernels.triton_support import interpreting
 import sparse_mla_vllm
@@ -71,6 +71,21 @@ def test_backend_answers_vllm():
     config.update(block_size=64, use_dcp=True, kv_cache_dtype="fp8")
     reasons = SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **config)
     assert reasons == ["KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16', 'fp8_ds_mla'])",
+                       "use_dcp not supported"], reasons
+
+
+def test_validate_configuration_takes_vllm_selector_arguments():
+    """vLLM 0.33.0's selector passes device_capability and every AttentionSelectorConfig field by keyword."""
+    selector_config = dict(
+        head_size=576, dtype=torch.bfloat16, kv_cache_dtype="bfloat16", block_size=64, use_mla=True,
+        has_sink=False, use_sparse=True, use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder",
+        has_sliding_window=False, use_non_causal=False, use_batch_invariant=False, use_kv_connector=True,
+        use_pcp=False, use_adaptive_verification=True, use_dcp=False, use_rswa=False,
+    )
+    assert SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **selector_config) == []
+    selector_config.update(use_dcp=True, has_sliding_window=True, attn_type="encoder")
+    reasons = SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **selector_config)
+    assert reasons == ["attention type 'encoder' not supported (decoder only)", "has_sliding_window not supported",
                        "use_dcp not supported"], reasons
 
 

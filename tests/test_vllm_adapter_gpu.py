@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import vllm_adapter_steps as steps
-from sparse_mla import testing
+import sparse_mla_testing as testing
 from sparse_mla.routes import ROUTES
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -37,7 +37,7 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: E4
 from vllm.v1.kv_cache_interface import MLAAttentionSpec  # noqa: E402
 
 import sparse_mla_vllm  # noqa: E402
-from sparse_mla import testing  # noqa: E402
+import sparse_mla_testing as testing  # noqa: E402
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference  # noqa: E402
 from sparse_mla.constants import (  # noqa: E402
     DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_NOPE_HEAD_DIM,

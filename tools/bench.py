@@ -1,13 +1,14 @@
 """Sparse-MLA benchmark on one GPU: the FA3 path, the fused Triton kernel, the decode kernel and the routed
 backend, on the bf16 and the fp8_ds_mla KV cache.
 
-``bazel run //tools:bench -- --out_dir=DIR [--heads=16,128] [--tokens=1,8] [--paths=triton]``
+``bazel run //tools:bench -- --out_dir=DIR [--heads=16,128] [--tokens=1,8] [--paths=triton]``, or outside Bazel
+``PYTHONPATH=py:tests python3 tools/bench.py ...`` (the random inputs are the tests' ``sparse_mla_testing``)
 
 For every point of the grid heads N x tokens T (DeepSeek-V3.2 decode: one query token per request,
 ``--context`` positions per request, top-k 2048 random distinct positions per token) it times, by
 CUDA-graph replay after warm-up, the median µs per call of
 
-* ``fa3``: the backend's FA3 route, index conversion (``sparse_mla.kernels.topk_to_slots``) + FA3;
+* ``fa3``: the backend's FA3 route, index conversion (``cc/topk_to_slots_kernel.cu``) + FA3, one op call;
 * ``triton``: ``sparse_mla.kernels.sparse_mla_attention`` (its default launch configuration);
 * ``routed``: ``sparse_mla.backend.SparseMLAImpl.forward`` as routed by ``sparse_mla.routing``;
 * ``fa3_kernel``: the bare FA3 call of the FA3 route on a page table converted once, outside the
@@ -44,12 +45,6 @@ GPU time otherwise (about 4 s of CPU per kernel): the default grid compiles abou
 point up to ~250 with the default ``--sweep_*`` lists (narrow them for a quick pass, e.g.
 ``--sweep_block_n=32,64 --sweep_warps=4 --sweep_stages=7``).
 
-``--ablate`` times, at the ``--ablate_points``, the Triton kernel's default configuration and one
-variant per stage ablation of ``sparse_mla.kernels.sparse_mla_attention.ABLATIONS`` (each drops a
-stage: its cost is the difference), prints "variant | µs | Δ vs full" and writes ``ablate.csv``,
-plus ``kernel_report.txt``: Triton's compiler report of each default kernel (registers, spills,
-shared memory, wgmma / mma.sync / cp.async counts in the PTX).
-
 ``--fa3_splits=0,4,8,16,32`` times ``fa3_kernel`` for each split count (0 = FA3's own heuristic) at the
 ``--fa3_split_points`` and prints the best per point next to the backend's choice (``fa3_splits.csv``).
 
@@ -70,7 +65,7 @@ Triton interpreter would otherwise dominate).
 ``<route>_fp8_us``, ``sparse_mla.routing.table_from_bench_rows``), where at least two routes that read the
 format were timed; then ``routed`` (and ``routed_fp8``) run with the new table.
 
-``--sweep``, ``--ablate``, ``--fa3_splits`` and ``--host_time`` can be combined in one run; the grid runs when
+``--sweep``, ``--fa3_splits`` and ``--host_time`` can be combined in one run; the grid runs when
 none is given.
 """
 
@@ -93,7 +88,9 @@ from absl import app, flags
 import torch
 import triton
 
-from sparse_mla import kv_cache_format, reference, routing, testing
+from sparse_mla import kv_cache_format, reference, routing
+import sparse_mla_testing as testing
+from sparse_mla_testing import fa3_calls
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
@@ -104,7 +101,7 @@ from sparse_mla.constants import (
     KV_LORA_RANK,
 )
 from sparse_mla.kernels import sparse_mla_attention as triton_attention
-from sparse_mla.kernels.topk_to_slots import topk_to_slots
+from sparse_mla_testing.topk_to_slots import topk_to_slots
 from sparse_mla.ops import decode, fa3
 from sparse_mla.routes import ROUTES
 
@@ -147,8 +144,6 @@ flags.DEFINE_list("sweep_splits", ["1", "2", "4", "8", "16", "32"], "num_splits 
 flags.DEFINE_list("sweep_warps", ["4", "8"], "num_warps values.")
 flags.DEFINE_list("sweep_stages", ["4", "7"], "num_stages values (KV prefetch distance (num_stages - 1) // 3).")
 flags.DEFINE_float("sweep_max_waves", 2.0, "Skip configurations with more than this many programs per SM.")
-flags.DEFINE_bool("ablate", False, "Time the Triton kernel's default configuration with each stage ablation.")
-flags.DEFINE_list("ablate_points", ["16x1", "16x8", "64x256", "128x256"], "NxT points of --ablate.")
 flags.DEFINE_list("fa3_splits", [], "Split counts (0 = FA3's heuristic) for which fa3_kernel is timed; empty = off.")
 flags.DEFINE_list("fa3_split_points", [f"{n}x{t}" for n in (16, 32, 64, 128) for t in (1, 2, 4, 8)], "NxT points of --fa3_splits.")
 flags.DEFINE_bool("fa3_scheduler_metadata", True,
@@ -244,7 +239,7 @@ def make_copies(num_tokens: int, num_heads: int, count: int, num_blocks: int, ge
 
 
 def make_cache(num_blocks: int, gen: torch.Generator) -> torch.Tensor:
-    """`[num_blocks, 64, 576]` bf16 from :func:`sparse_mla.testing.make_kv_cache`, chunk by chunk."""
+    """`[num_blocks, 64, 576]` bf16 from :func:`sparse_mla_testing.make_kv_cache`, chunk by chunk."""
     cache = torch.empty(num_blocks, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16, device=gen.device)
     for start in range(0, num_blocks, CACHE_CHUNK_BLOCKS):
         stop = min(start + CACHE_CHUNK_BLOCKS, num_blocks)
@@ -254,7 +249,7 @@ def make_cache(num_blocks: int, gen: torch.Generator) -> torch.Tensor:
 
 def quantized_cache(kv_cache: torch.Tensor) -> torch.Tensor:
     """The fp8_ds_mla cache `[num_blocks, 64, 656]` uint8 of the bf16 ``kv_cache``, every slot quantized by
-    :func:`sparse_mla.testing.fp8_ds_mla_kv_cache` (the host quantizer), :data:`CACHE_CHUNK_BLOCKS` blocks at a
+    :func:`sparse_mla_testing.fp8_ds_mla_kv_cache` (the host quantizer), :data:`CACHE_CHUNK_BLOCKS` blocks at a
     time to bound its fp32 temporaries."""
     fp8 = kv_cache_format.FP8_DS_MLA
     cache = torch.empty(kv_cache.shape[0], *fp8.block_shape, dtype=fp8.dtype, device=kv_cache.device)
@@ -302,7 +297,7 @@ def fa3_kernel_call(c: Copy, kv_cache: torch.Tensor, num_splits: Optional[int] =
     planned = metadata.plan.num_splits
     num_splits = planned if num_splits is None else num_splits
     scheduler_metadata = step.scheduler_metadata if num_splits == planned else None
-    return lambda: fa3.sparse_mla_fwd(
+    return lambda: fa3_calls.sparse_mla_fwd(
         c.q_nope, c.q_rope, kv_cache, page_table=step.page_table, cache_seqlens=step.cache_seqlens,
         cu_seqlens_q=metadata.cu_seqlens_q, softmax_scale=DEEPSEEK_V32_SOFTMAX_SCALE, num_splits=num_splits,
         scheduler_metadata=scheduler_metadata, out=c.out,
@@ -326,7 +321,7 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
 
 
 def path_calls(
-    path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None, ablate: Sequence[str] = (),
+    path: str, copies: Sequence[Copy], kv_cache: torch.Tensor, config=None,
     fa3_splits: Optional[int] = None,
 ) -> List[Callable[[], None]]:
     """One zero-argument call per copy on ``kv_cache`` (either format); metadata is built here, outside the
@@ -339,7 +334,7 @@ def path_calls(
             calls.append(
                 lambda c=c, b=b: triton_attention.sparse_mla_attention(
                     c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len, b.block_table,
-                    DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, config=config, _ablate=ablate,
+                    DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, config=config,
                 )
             )
         elif path == "fa3_kernel":
@@ -388,13 +383,13 @@ def time_graph(calls: Sequence[Callable[[], None]]) -> float:
 # Ahead-of-time compilation (Triton's on-disk cache), in worker processes
 
 
-CompileJob = Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig], Tuple[str, ...], str]
-"""``(T, N, topk, max_blocks, config, ablate, cache format name)`` of one Triton kernel variant to compile."""
+CompileJob = Tuple[int, int, int, int, Optional[triton_attention.LaunchConfig], str]
+"""``(T, N, topk, max_blocks, config, cache format name)`` of one Triton kernel variant to compile."""
 
 
 def _compile_job(job: CompileJob) -> str:
     """Run the kernel once on dummy inputs with the benchmark's shapes and strides (same compiled variant)."""
-    num_tokens, num_heads, topk, max_blocks, config, ablate, cache_format = job
+    num_tokens, num_heads, topk, max_blocks, config, cache_format = job
     cache_format = kv_cache_format.format_of_kv_cache_dtype(cache_format)
     device = torch.device("cuda")
     gen = testing.make_generator(device, 0)
@@ -406,7 +401,7 @@ def _compile_job(job: CompileJob) -> str:
             torch.zeros(1, *cache_format.block_shape, dtype=cache_format.dtype, device=device),
             torch.full((num_tokens, topk), -1, **int32), torch.zeros(num_tokens, **int32),
             torch.zeros(num_tokens, **int32), torch.zeros(num_tokens, max_blocks, **int32),
-            DEEPSEEK_V32_SOFTMAX_SCALE, config=config, _ablate=ablate,
+            DEEPSEEK_V32_SOFTMAX_SCALE, config=config,
         )
         torch.cuda.synchronize()
         return ""
@@ -420,10 +415,10 @@ def precompile(jobs: List[CompileJob], num_sms: int) -> None:
         return
     distinct = {}
     for job in jobs:  # the kernel does not specialize on sizes: one compiled variant per configuration
-        num_tokens, num_heads, topk, _, config, ablate, cache_format = job
+        num_tokens, num_heads, topk, _, config, cache_format = job
         config = config or triton_attention.default_launch_config(num_tokens, num_heads, num_sms, topk)
         plan = triton_attention.plan_launch(num_heads, topk, config)
-        distinct.setdefault((config, plan, tuple(ablate), cache_format), job)
+        distinct.setdefault((config, plan, cache_format), job)
     jobs = list(distinct.values())
     start = datetime.datetime.now()
     ctx = multiprocessing.get_context("spawn")
@@ -593,7 +588,7 @@ def run_grid(info: Dict[str, str]) -> None:
     print(f"caches: {num_blocks} blocks each of {', '.join(f.name for f in formats)} ({cache_gib:.1f} GiB); "
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
     triton_formats = {f.name for p, f in to_run if p in ("triton", "routed")}
-    precompile([(t, n, FLAGS.topk, per_context, None, (), name)
+    precompile([(t, n, FLAGS.topk, per_context, None, name)
                 for name in sorted(triton_formats) for n in heads for t in tokens], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
     bf16_cache = make_cache(num_blocks, gen)
@@ -695,7 +690,7 @@ def run_sweep(info: Dict[str, str]) -> None:
     plans = {(n, t): sweep_configs(t, n, num_sms) for n, t in points}
     print(f"sweep: {sum(len(c) for c in plans.values())} configurations over {len(points)} points; "
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
-    precompile([(t, n, FLAGS.topk, per_context, c, (), kv_cache_format.BF16.name) for (n, t), cs in plans.items() for c in cs], num_sms)
+    precompile([(t, n, FLAGS.topk, per_context, c, kv_cache_format.BF16.name) for (n, t), cs in plans.items() for c in cs], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
     kv_cache = make_cache(num_blocks, gen)
     rows, best = [], []
@@ -735,7 +730,7 @@ def run_sweep(info: Dict[str, str]) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Stage ablations and the compiler report
+# Points and their cache
 
 
 def parse_points(points: Sequence[str]) -> List[Tuple[int, int]]:
@@ -747,81 +742,6 @@ def point_cache(points: Sequence[Tuple[int, int]], l2_bytes: int, gen: torch.Gen
     """One cache large enough for every point's rotated copies."""
     num_blocks = max(num_copies(t, FLAGS.topk, l2_bytes) * t for _, t in points) * blocks_per_context(FLAGS.context)
     return make_cache(num_blocks, gen)
-
-
-def kernel_report(kernel) -> Dict[str, object]:
-    """Triton's report of a ``CompiledKernel``: registers, spills, shared memory, instruction counts."""
-    ptx = kernel.asm.get("ptx", "")
-    metadata = kernel.metadata
-    return {
-        "regs": getattr(kernel, "n_regs", "?"),
-        "spills": getattr(kernel, "n_spills", "?"),
-        "shared_bytes": getattr(metadata, "shared", "?"),
-        "num_warps": getattr(metadata, "num_warps", "?"),
-        "num_stages": getattr(metadata, "num_stages", "?"),
-        "wgmma": ptx.count("wgmma.mma_async"),
-        "mma_sync": ptx.count("mma.sync"),
-        "cp_async": ptx.count("cp.async.ca") + ptx.count("cp.async.cg"),
-        "ld_global": ptx.count("ld.global"),
-    }
-
-
-def run_ablate(info: Dict[str, str]) -> None:
-    device = torch.device("cuda", torch.cuda.current_device())
-    props = torch.cuda.get_device_properties(device)
-    num_sms = props.multi_processor_count
-    l2_bytes = getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
-    points = parse_points(FLAGS.ablate_points)
-    variants = [()] + [(name,) for name in triton_attention.ABLATIONS]
-    per_context = blocks_per_context(FLAGS.context)
-    print(f"ablate: {len(variants)} variants x {len(points)} points; {', '.join(f'{k} {v}' for k, v in info.items())}",
-          flush=True)
-    precompile([(t, n, FLAGS.topk, per_context, None, v, kv_cache_format.BF16.name) for n, t in points for v in variants], num_sms)
-    gen = testing.make_generator(device, FLAGS.seed)
-    kv_cache = point_cache(points, l2_bytes, gen)
-    rows, reports = [], []
-    for n, t in points:
-        config = triton_attention.default_launch_config(t, n, num_sms, FLAGS.topk)
-        copies = make_copies(t, n, num_copies(t, FLAGS.topk, l2_bytes), num_blocks=kv_cache.shape[0], gen=gen)
-        compiled: list = []
-        b, c = copies[0].batch, copies[0]
-        triton_attention.sparse_mla_attention(c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len,
-                                              b.block_table, DEEPSEEK_V32_SOFTMAX_SCALE, out=c.out, _compiled=compiled)
-        plan = triton_attention.plan_launch(n, FLAGS.topk, config)
-        reports.append((n, t, config, plan, kernel_report(compiled[0]), compiled[0]))
-        full = float("nan")
-        print(f"\nN={n} T={t}: default {short(config)} ({t * plan.num_programs_per_token} programs), "
-              f"bound {bound_us(t, n, FLAGS.topk):.2f} µs", flush=True)
-        print(f"  {'variant':>10} | {'µs':>9} | {'Δ vs full':>10}")
-        for variant in variants:
-            name = "-" + variant[0] if variant else "full"
-            try:
-                us = time_graph(path_calls("triton", copies, kv_cache, ablate=variant))
-            except Exception as e:  # noqa: BLE001 - one variant failing must not lose the others
-                print(f"  {name:>10} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
-                continue
-            full = us if not variant else full
-            print(f"  {name:>10} | {us:9.2f} | {us - full:+10.2f}", flush=True)
-            rows.append({"N": n, "T": t, "config": short(config), "variant": name, "us": us, "delta_us": us - full,
-                         "bound_us": bound_us(t, n, FLAGS.topk)})
-        del copies
-    directory = out_dir()
-    if rows:
-        write_csv(os.path.join(directory, "ablate.csv"), rows, info)
-        print(f"wrote {directory}/ablate.csv")
-    path = os.path.join(directory, "kernel_report.txt")
-    with open(path, "w") as f:
-        for key, value in info.items():
-            f.write(f"# {key}: {value}\n")
-        for n, t, config, plan, report, kernel in reports:
-            line = (f"N={n} T={t} {short(config)} splits={plan.num_splits} split_iters={plan.cols_per_split // config.block_n}: "
-                    + " ".join(f"{k}={v}" for k, v in report.items()))
-            print(line)
-            f.write(line + "\n")
-            ttgir = kernel.asm.get("ttgir", "")
-            waits = [l.strip()[:160] for l in ttgir.splitlines() if "async_wait" in l or "warp_group_dot_wait" in l]
-            f.write("  ttgir waits: " + (" || ".join(waits[:12]) or "none") + "\n")
-    print(f"wrote {path}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -945,7 +865,7 @@ def main(argv: Sequence[str]) -> None:
     del argv
     if FLAGS.out_dir is None:
         raise app.UsageError("--out_dir is required")
-    gpu_modes = FLAGS.ablate or FLAGS.fa3_splits or FLAGS.sweep or not FLAGS.host_time
+    gpu_modes = FLAGS.fa3_splits or FLAGS.sweep or not FLAGS.host_time
     if not torch.cuda.is_available() and gpu_modes:
         raise app.UsageError("the benchmark needs a CUDA GPU (only --host_time runs without one)")
     unknown = [name for name in FLAGS.cache_formats if name not in routing.CACHE_FORMATS]
@@ -954,7 +874,7 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.context < FLAGS.topk:
         raise app.UsageError(f"--context ({FLAGS.context}) must be >= --topk ({FLAGS.topk})")
     info = provenance()
-    modes = [run for flag, run in ((FLAGS.ablate, run_ablate), (bool(FLAGS.fa3_splits), run_fa3_splits),
+    modes = [run for flag, run in ((bool(FLAGS.fa3_splits), run_fa3_splits),
                                    (FLAGS.sweep, run_sweep), (FLAGS.host_time, run_host_time)) if flag]
     for run in modes or [run_grid]:
         run(info)

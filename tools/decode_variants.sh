@@ -77,11 +77,11 @@ for size in decode.CLUSTER_SIZES:
                   [(pps, decode.max_active_clusters(tiles, chunk, size, pps, 0)) for pps in (256, 512, 1024, 2048)])
 " 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
-    PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
+    PYTHONPATH=py:tests python3 -m pytest -q tests/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"
   fi
   mkdir -p "$out/$name"
-  PYTHONPATH=py python3 tools/bench.py --paths=decode --out_dir="$out/$name" "${bench_flags[@]}" \
+  PYTHONPATH=py:tests python3 tools/bench.py --paths=decode --out_dir="$out/$name" "${bench_flags[@]}" \
     > "$out/$name/bench.log" 2>&1
   echo "  bench rc=$?" | tee -a "$summary"
   grep -E "^ *[0-9]+ +\| +[0-9]+ +\|" "$out/$name/bench.log" | tee -a "$summary"
@@ -90,7 +90,7 @@ for size in decode.CLUSTER_SIZES:
     ncu --clock-control none --section LaunchStats --section Occupancy --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
       -k regex:sparse_decode --launch-skip 10 --launch-count 1 \
-      env PYTHONPATH=py python3 tools/bench.py --paths=decode --nocheck --heads="$heads" --tokens="$tokens" --out_dir=/tmp/ncu_bench \
+      env PYTHONPATH=py:tests python3 tools/bench.py --paths=decode --nocheck --heads="$heads" --tokens="$tokens" --out_dir=/tmp/ncu_bench \
       > "$out/$name.ncu_N${heads}_T${tokens}.txt" 2>&1
     echo "  ncu N=$heads T=$tokens: rc=$? $(grep -E 'Duration' "$out/$name.ncu_N${heads}_T${tokens}.txt" | head -1)" \
       | tee -a "$summary"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU routine, run from the repository root on a Hopper machine without network (our H200):
-# builds the FA3 extension from local upstream sources with Bazel and runs the GPU suite, then
-# optionally the benchmark. Logs and results go to $OUT (default: ./gpu_out).
+# builds our op libraries (the decode kernels; FA3 with our index conversion) from local upstream
+# sources with Bazel and runs the GPU suite, then optionally the benchmark. Logs and results go to $OUT (default: ./gpu_out).
 #
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
@@ -114,10 +114,10 @@ for step in "${steps[@]}"; do
       ;;
     decode)
       export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so
-      PYTHONPATH=py python3 -m pytest -q tests/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
+      PYTHONPATH=py:tests python3 -m pytest -q tests/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
       echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
       mkdir -p "$out/decode_bench"
-      PYTHONPATH=py python3 tools/bench.py --paths=triton,decode --heads=16,32,64,128 --tokens=1,2,4,8,16,32 \
+      PYTHONPATH=py:tests python3 tools/bench.py --paths=triton,decode --heads=16,32,64,128 --tokens=1,2,4,8,16,32 \
         --out_dir="$out/decode_bench" "$@" > "$out/decode_bench/bench.log" 2>&1
       echo "decode bench: rc=$?" | tee -a "$out/summary.txt"
       tail -25 "$out/decode_bench/bench.log"
@@ -125,7 +125,7 @@ for step in "${steps[@]}"; do
     memcheck)
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       [ -f bazel-bin/cc/libsparse_mla_fa3.so ] && export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
-      PYTHONPATH=py compute-sanitizer --tool memcheck --target-processes all \
+      PYTHONPATH=py:tests compute-sanitizer --tool memcheck --target-processes all \
         python3 -m pytest -q tests/test_decode_gpu.py tests/test_fa3_gpu.py tests/test_token_metadata_gpu.py \
         tests/test_unusual_inputs_gpu.py \
         -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call" \

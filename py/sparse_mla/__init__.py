@@ -1,8 +1,36 @@
-"""sparse_mla: DeepSeek-V3.2 sparse MLA attention on Hopper GPUs.
+"""sparse_mla: DeepSeek-V3.2 sparse MLA attention for serving engines, on Hopper GPUs (and any GPU or the
+CPU through its Triton fallback).
 
-Modules: ``backend`` (the attention backend an engine calls), ``routing`` and ``routes`` (which kernels
-serve a step), ``ops.decode`` (our CUDA decode kernel), ``ops.fa3`` (SGLang's FA3 kernel), ``kernels``
-(Triton: index conversion, KV-cache writer, fused sparse attention), ``kv_cache_format`` and
-``fp8_ds_mla`` (the bf16 and fp8 caches), ``reference`` (float32 oracle), ``constants``, ``checks``,
-``testing`` (random batches for tests and benchmarks).
+The API an engine calls is named in ``__all__`` and importable from here (each name loads its module on
+first use, so ``import sparse_mla`` stays cheap): build a step's :class:`SparseMLAMetadata` once with
+:class:`SparseMLAMetadataBuilder` from a :class:`CommonAttentionMetadata`, write the new tokens with
+:func:`write_kv`, and run each layer with :meth:`SparseMLAImpl.forward`; :func:`sparse_mla_reference` is
+the float32 oracle. Modules: ``backend`` (the API), ``routing`` and ``routes`` (which kernels serve a
+step), ``ops.decode`` (our CUDA decode kernels), ``ops.fa3`` (SGLang's FA3 with our index conversion),
+``ops.token_metadata`` (the builder's per-token kernel), ``kernels`` (Triton: KV-cache writer, fused
+sparse attention), ``kv_cache_format`` and ``fp8_ds_mla`` (the bf16 and fp8 caches), ``reference``,
+``constants``, ``checks``.
 """
+
+import importlib
+
+_EXPORTS = {
+    "SparseMLABackend": "sparse_mla.backend",
+    "SparseMLAImpl": "sparse_mla.backend",
+    "SparseMLAMetadata": "sparse_mla.backend",
+    "SparseMLAMetadataBuilder": "sparse_mla.backend",
+    "CommonAttentionMetadata": "sparse_mla.common_metadata",
+    "DEEPSEEK_V32_SOFTMAX_SCALE": "sparse_mla.constants",
+    "write_kv": "sparse_mla.kernels.kv_cache_writer",
+    "global_slot_ids_reference": "sparse_mla.reference",
+    "sparse_mla_reference": "sparse_mla.reference",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """The public name ``name`` from its module (PEP 562), imported on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'sparse_mla' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

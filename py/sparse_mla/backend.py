@@ -7,10 +7,10 @@ CUDA-graph safe) → :class:`SparseMLAImpl` (validates one layer's arguments and
 Every query token is its own attention "sequence" of length 1 whose keys are the cache slots its
 top-k row selects: the builder finds each token's request and causal length, and picks the step's
 route (:mod:`sparse_mla.routing`, from the head count and padded token count, or the builder's
-``route=``) with everything that route decides per step (:mod:`sparse_mla.routes`). On the FA3 route
-each layer turns the request-local top-k positions into a page table of slot ids (valid ids first)
-and runs FA3 on it with page size 1, latent values ``c_kv`` (512) and rotary keys ``k_rope`` (64)
-read from the one cache; on the Triton route the fused kernel reads the positions directly.
+``route=``) with everything that route decides per step (:mod:`sparse_mla.routes`). The decode route's
+CUDA kernels and the Triton route's fused kernel read the request-local top-k positions directly; on
+the FA3 route each layer turns them into a page table of slot ids (valid ids first) and runs FA3 on it
+with page size 1, latent values ``c_kv`` (512) and rotary keys ``k_rope`` (64) read from the one cache.
 
 Example
 -------
@@ -27,7 +27,13 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from sparse_mla import kv_cache_format, routing
-from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor, check_unit_last_stride
+from sparse_mla.checks import (
+    check_kv_cache_slot_strides,
+    check_num_heads,
+    check_tensor,
+    check_topk_indices,
+    check_unit_last_stride,
+)
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -38,18 +44,12 @@ from sparse_mla.constants import (
     QK_ROPE_HEAD_DIM,
 )
 from sparse_mla import device_info
-from sparse_mla.kernels.sparse_mla_attention import MAX_NUM_HEADS, max_default_shared_memory_bytes
-from sparse_mla.kernels.topk_to_slots import check_topk_indices
+from sparse_mla.kernels.sparse_mla_attention import max_default_shared_memory_bytes
 from sparse_mla.ops import decode, fa3, token_metadata
 from sparse_mla.routes import ROUTES, Route
 
 MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
 """The fused Triton kernel's bf16 ``tl.dot`` needs tensor cores with bf16 inputs: Ampere or newer."""
-
-SERVED_ENGINE_FEATURES = frozenset({"use_kv_connector", "use_adaptive_verification"})
-"""Engine flags (vLLM 0.33.0 ``AttentionSelectorConfig`` names) that ask nothing of this backend: a KV
-connector moves cache blocks between engines; adaptive verification trims speculative drafts on the
-device, and the builder reads only the device-side query offsets."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -57,12 +57,14 @@ device, and the builder reads only the device-side query offsets."""
 
 
 class SparseMLABackend:
-    """What this backend serves: DeepSeek-V3.2 sparse MLA, bf16, on GPUs whose shared memory holds the
-    Triton kernel's launch configurations (Hopper, and the 227 KiB parts after it); FA3 joins on 9.x.
+    """What this backend serves: DeepSeek-V3.2 sparse MLA, bf16 activations, on GPUs whose shared memory
+    holds the Triton kernel's launch configurations (Hopper, and the 227 KiB parts after it); on Hopper
+    with our op libraries, the decode kernels and FA3 serve the steps the routing table gives them.
 
     KV cache `[num_blocks, 64, 576]` bf16, each slot ``[c_kv (512) | k_rope (64)]``, one latent head shared
     by all query heads; or, with ``kv_cache_dtype="fp8_ds_mla"``, the uint8 cache `[num_blocks, 64, 656]`
-    (:mod:`sparse_mla.fp8_ds_mla`), read by the Triton route only for now.
+    (:mod:`sparse_mla.fp8_ds_mla`), read by the decode kernels on Hopper and by the Triton kernel elsewhere
+    (FA3 reads bf16 only).
     """
 
     accept_output_buffer = True
@@ -179,7 +181,7 @@ class SparseMLABackend:
         use_sparse: bool = True,
         device_capability: Optional[Tuple[int, int]] = None,
         attn_type: str = "decoder",
-        **engine_features: object,
+        **features: object,
     ) -> List[str]:
         """Every reason this configuration is not served; empty when it is.
 
@@ -201,12 +203,9 @@ class SparseMLABackend:
             batches run on the Triton kernel.
         attn_type : str
             ``"decoder"`` only (vLLM's ``AttentionType.DECODER`` equals it).
-        **engine_features
-            Further flags of the engine's selector, accepted by name (vLLM 0.33.0 passes
-            ``use_mm_prefix``, ``use_per_head_quant_scales``, ``has_sliding_window``, ``use_non_causal``,
-            ``use_batch_invariant``, ``use_kv_connector``, ``use_pcp``, ``use_adaptive_verification``,
-            ``use_dcp``, ``use_rswa``): each truthy one is a reason, except those of
-            :data:`SERVED_ENGINE_FEATURES`.
+        **features
+            Further feature flags by name (an engine adapter passes its selector's, less the ones it
+            serves: :mod:`sparse_mla_vllm.backend`); each truthy one is a reason.
 
         Returns
         -------
@@ -234,8 +233,8 @@ class SparseMLABackend:
             reasons.append("dense MLA not supported (sparse top-k attention only)")
         if attn_type != "decoder":
             reasons.append(f"attention type {attn_type!r} not supported (decoder only)")
-        for name, value in sorted(engine_features.items()):
-            if value and name not in SERVED_ENGINE_FEATURES:
+        for name, value in sorted(features.items()):
+            if value:
                 reasons.append(f"{name} not supported")
         if device_capability is None and not torch.cuda.is_available():
             reasons.append("no CUDA device")
@@ -351,8 +350,7 @@ class SparseMLAMetadataBuilder:
             raise ValueError(
                 f"sparse_mla: argument 'max_num_batched_tokens' expected >= 1, got {max_num_batched_tokens}"
             )
-        if not 1 <= num_heads <= MAX_NUM_HEADS:
-            raise ValueError(f"sparse_mla: argument 'num_heads' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+        check_num_heads("num_heads", num_heads)
         if not 1 <= index_topk <= decode.MAX_TOPK:
             raise ValueError(
                 f"sparse_mla: argument 'index_topk' expected 1 <= index_topk <= {decode.MAX_TOPK} (the decode "
@@ -590,8 +588,7 @@ class SparseMLAImpl:
         for feature, requested in unsupported.items():
             if requested:
                 raise NotImplementedError(f"sparse_mla: {feature} is not supported by SparseMLAImpl")
-        if not 1 <= num_heads <= MAX_NUM_HEADS:
-            raise ValueError(f"sparse_mla: argument 'num_heads' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+        check_num_heads("num_heads", num_heads)
         if head_size != KV_CACHE_HEAD_SIZE:
             raise ValueError(f"sparse_mla: argument 'head_size' expected {KV_CACHE_HEAD_SIZE}, got {head_size}")
         if num_kv_heads != 1:

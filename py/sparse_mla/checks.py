@@ -8,9 +8,12 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from sparse_mla.constants import KV_BLOCK_SIZE
+from sparse_mla.constants import KV_BLOCK_SIZE, MAX_NUM_HEADS
 
 DTypes = Union[torch.dtype, Tuple[torch.dtype, ...]]
+
+NO_POSITION = -1
+"""Marks an empty entry of a top-k row."""
 
 
 def _fmt_shape(shape: Sequence[Optional[int]]) -> str:
@@ -110,13 +113,19 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def check_num_heads(name: str, num_heads: int) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``1 <= num_heads <= MAX_NUM_HEADS`` (128)."""
+    if not 1 <= num_heads <= MAX_NUM_HEADS:
+        raise ValueError(f"sparse_mla: argument '{name}' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+
+
 def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:
     """Check that a `[num_blocks, 64, slot_width]` cache can be read as rows of one slot and return its block
     stride in slots (``block_stride_rows``, vLLM's name).
 
     The slot width is the last dimension: 576 bf16 values, or 656 bytes for the uint8 fp8_ds_mla cache
     (:mod:`sparse_mla.kv_cache_format`). FA3's page-size-1 view and the slot ids of
-    :func:`sparse_mla.kernels.topk_to_slots.topk_to_slots` address slot ``p`` of block ``b`` as row
+    the index conversion (``cc/topk_to_slots_kernel.cu``) address slot ``p`` of block ``b`` as row
     ``b * block_stride_rows + p`` of a flat `[rows, slot_width]` view, which needs slot stride
     ``slot_width``, unit element stride, and a block stride that is a whole number of slots:
     ``stride(0) % slot_width == 0`` and ``stride(0) >= 64 * slot_width``. vLLM pads the block stride when
@@ -144,3 +153,65 @@ def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:
             f"{stride_block} ({stride_block} % {slot_width} = {stride_block % slot_width})"
         )
     return stride_block // slot_width
+
+
+def check_topk_indices(
+    topk_indices: torch.Tensor,
+    req_id: torch.Tensor,
+    token_kv_len: torch.Tensor,
+    block_table: torch.Tensor,
+    num_blocks: int,
+) -> None:
+    """Raise on the first top-k entry that is neither ``-1`` nor valid (the backend's ``check_indices`` mode).
+
+    Arguments: ``topk_indices`` `[T, K]`, ``req_id`` and ``token_kv_len`` `[T]` int32, ``block_table``
+    `[R, max_blocks]` int32 and the cache's block count. Synchronizes with the host. Rows with
+    ``token_kv_len == 0`` (padding tokens) are not checked.
+
+    Raises
+    ------
+    ValueError
+        Naming the token (and the column) of the first negative ``token_kv_len``, ``req_id`` outside
+        ``[0, R)``, position outside ``[0, token_kv_len)``, position past the block table, or block id
+        outside ``[0, num_blocks)``, in row-major order.
+    """
+    num_reqs, max_blocks = block_table.shape
+    lengths = token_kv_len.long()
+    negative = (lengths < 0).nonzero()
+    if len(negative):
+        t = int(negative[0, 0])
+        raise ValueError(f"sparse_mla: token {t}: token_kv_len expected >= 0, got {int(lengths[t])}")
+    checked = lengths > 0  # rows of padding tokens are not checked
+    reqs = req_id.long()
+    bad_req = (checked & ((reqs < 0) | (reqs >= num_reqs))).nonzero()
+    if len(bad_req):
+        t = int(bad_req[0, 0])
+        raise ValueError(f"sparse_mla: token {t}: req_id expected in [0, {num_reqs}), got {int(reqs[t])}")
+
+    pos = topk_indices.long()
+    block_col = torch.div(pos, KV_BLOCK_SIZE, rounding_mode="floor")
+    in_table = (pos >= 0) & (block_col < max_blocks)
+    block = torch.full_like(pos, -1)  # no block where the table is empty (every checked row is bad then)
+    if num_reqs and max_blocks:
+        rows = block_table[reqs.clamp(0, num_reqs - 1)].long()  # [T, max_blocks]
+        block = torch.gather(rows, 1, block_col.clamp(0, max_blocks - 1))
+    bad_position = (pos < NO_POSITION) | ((pos >= 0) & (pos >= lengths[:, None]))
+    bad_column = (pos >= 0) & ~bad_position & ~in_table
+    bad_block = in_table & ~bad_position & ((block < 0) | (block >= num_blocks))
+    bad = checked[:, None] & (bad_position | bad_column | bad_block)
+    first = bad.nonzero()
+    if not len(first):
+        return
+    t, c = int(first[0, 0]), int(first[0, 1])
+    p = int(pos[t, c])
+    where = f"sparse_mla: token {t}, column {c}: top-k index {p}"
+    if bad_position[t, c]:
+        raise ValueError(f"{where} expected -1 or in [0, token_kv_len = {int(lengths[t])}), got {p}")
+    if bad_column[t, c]:
+        raise ValueError(
+            f"{where} lies in block-table column {int(block_col[t, c])}, expected < max_blocks = {max_blocks}"
+        )
+    raise ValueError(
+        f"{where}: block_table[{int(reqs[t])}, {int(block_col[t, c])}] expected in [0, num_blocks = {num_blocks}), "
+        f"got {int(block[t, c])}"
+    )

@@ -19,6 +19,9 @@ KV_CACHE_HEAD_SIZE = KV_LORA_RANK + QK_ROPE_HEAD_DIM
 KV_BLOCK_SIZE = 64
 """Slots per cache block: the cache is `[num_blocks, 64, 576]`."""
 
+MAX_NUM_HEADS = 128
+"""Most query heads per token served: DeepSeek-V3.2's 128 (at tensor parallelism 1); every route takes 1..128."""
+
 INDEX_TOPK = 2048
 """Positions the lightning indexer selects per query token (`index_topk`)."""
 

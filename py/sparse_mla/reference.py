@@ -1,6 +1,7 @@
 """Float32 PyTorch references: the oracle of every test.
 
-Both functions are plain PyTorch, run on any device and favour clarity over speed.
+The three functions (attention, index conversion, global slot ids) are plain PyTorch, run on any device
+and favour clarity over speed.
 """
 
 from typing import Tuple

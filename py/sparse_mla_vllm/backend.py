@@ -36,6 +36,14 @@ from sparse_mla.constants import KV_BLOCK_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 # Backend
 
 
+SERVED_ENGINE_FEATURES = frozenset({"use_kv_connector", "use_adaptive_verification"})
+"""vLLM 0.33.0 ``AttentionSelectorConfig`` flags that ask nothing of this backend: a KV connector moves cache
+blocks between engines; adaptive verification trims speculative drafts on the device, and the builder reads
+only the device-side query offsets. The selector's other flags (``use_mm_prefix``,
+``use_per_head_quant_scales``, ``has_sliding_window``, ``use_non_causal``, ``use_batch_invariant``,
+``use_pcp``, ``use_dcp``, ``use_rswa``) are each a reason when set."""
+
+
 class SparseMLAVllmBackend(SparseMLABackend, AttentionBackend):
     """:class:`~sparse_mla.backend.SparseMLABackend` as vLLM's selector and model runner ask for it."""
 
@@ -77,11 +85,12 @@ class SparseMLAVllmBackend(SparseMLABackend, AttentionBackend):
         """vLLM's selector call, ``validate_configuration(device_capability=..., **AttentionSelectorConfig)``.
 
         A ``block_size`` that is ``None`` (not chosen yet) or a multiple of 64 is served (vLLM splits its
-        blocks into kernel blocks); everything else is judged by
-        :meth:`sparse_mla.backend.SparseMLABackend.validate_configuration`.
+        blocks into kernel blocks), and so are the flags of :data:`SERVED_ENGINE_FEATURES`; everything else
+        is judged by :meth:`sparse_mla.backend.SparseMLABackend.validate_configuration`.
         """
         served = block_size is None or block_size % KV_BLOCK_SIZE == 0
-        return super().validate_configuration(block_size=KV_BLOCK_SIZE if served else block_size, **selector_config)
+        judged = {name: value for name, value in selector_config.items() if name not in SERVED_ENGINE_FEATURES}
+        return super().validate_configuration(block_size=KV_BLOCK_SIZE if served else block_size, **judged)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,1 +1,1 @@
-"""Triton kernels of sparse_mla: top-k index conversion, KV-cache writer, sparse MLA attention."""
+"""Triton kernels of sparse_mla: the KV-cache writer and the fused sparse MLA attention (the fallback route)."""

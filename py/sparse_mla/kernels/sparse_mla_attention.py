@@ -61,14 +61,20 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import triton
 import triton.language as tl
 
 from sparse_mla import kv_cache_format
-from sparse_mla.checks import check_kv_cache_slot_strides, check_same_device, check_tensor, check_unit_last_stride
+from sparse_mla.checks import (
+    check_kv_cache_slot_strides,
+    check_num_heads,
+    check_same_device,
+    check_tensor,
+    check_unit_last_stride,
+)
 from sparse_mla.constants import (
     FP8_DS_MLA_GROUP_SIZE,
     FP8_DS_MLA_ROPE_OFFSET,
@@ -76,13 +82,11 @@ from sparse_mla.constants import (
     KV_BLOCK_SIZE,
     KV_CACHE_HEAD_SIZE,
     KV_LORA_RANK,
+    MAX_NUM_HEADS,
     QK_ROPE_HEAD_DIM,
 )
 from sparse_mla import device_info
 from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, kernel_device_type, round_bf16_by_bits
-
-MAX_NUM_HEADS = 128
-"""Most query heads per token served (DeepSeek-V3.2 has 128 before tensor parallelism)."""
 
 MIN_DOT_ROWS = 16
 """``tl.dot`` needs at least 16 rows, so a program always holds at least 16 (possibly padded) heads."""
@@ -98,17 +102,6 @@ MERGE_ELEMS_PER_THREAD = 64
 
 THREADS_PER_WARP = 32
 """NVIDIA warp width, for the merge's register budget."""
-
-ABLATIONS = {
-    "gather": "ABLATE_GATHER",  # KV rows from contiguous slots at the request's first block: no index chain, no scatter
-    "qk": "ABLATE_QK",  # no score product (scores 0), nor the c_kv / k_rope loads only it needs
-    "pv": "ABLATE_PV",  # no value product (nor the value-column load when block_dv < 512)
-    "merge": "ABLATE_MERGE",  # the last program of a split group skips the merge (partials still written)
-    "loop": None,  # no top-k loop at all: launch, query loads, partial stores and merge only
-}
-"""Stage ablations for ``tools/bench.py --ablate`` (private ``_ablate=`` of :func:`sparse_mla_attention`):
-each drops one stage so that its cost shows as a time difference. Results are wrong under any of them;
-all default off and are compile-time constants, so the production kernel is unchanged."""
 
 # --------------------------------------------------------------------------------------------------
 # The kernel
@@ -173,10 +166,6 @@ def _sparse_mla_attention_kernel(
     SCALE_OFFSET: tl.constexpr,  # fp8_ds_mla slot layout: byte offset of the 4 fp32 scales (512)
     ROPE_OFFSET: tl.constexpr,  # byte offset of the 64 bf16 k_rope values (528)
     GROUP_SIZE: tl.constexpr,  # c_kv values per scale (128)
-    ABLATE_GATHER: tl.constexpr = False,  # benchmark-only stage ablations (see ABLATIONS); wrong results
-    ABLATE_QK: tl.constexpr = False,
-    ABLATE_PV: tl.constexpr = False,
-    ABLATE_MERGE: tl.constexpr = False,
 ):
     # Program -> (token, split, head block, column block). The programs of one token and split are
     # adjacent in launch order, so the ones reading the same KV rows run together (L2 reuse).
@@ -223,36 +212,24 @@ def _sparse_mla_attention_kernel(
     block_table_row = block_table_ptr + req * block_table_stride_r
     col_begin = split * (SPLIT_ITERS * BLOCK_N)
     col_end = tl.minimum(col_begin + SPLIT_ITERS * BLOCK_N, topk)
-    num_slots = num_blocks.to(tl.int64) * BLOCK_SIZE  # ABLATE_GATHER only (dead code otherwise)
-    first_slot = num_slots * 0
-    if ABLATE_GATHER:
-        # Contiguous slots from the request's first block on: no top-k / block-table chain, no scatter.
-        first_block = tl.load(block_table_row, mask=kv_len > 0, other=0)
-        first_slot = tl.minimum(tl.maximum(first_block, 0), num_blocks - 1).to(tl.int64) * BLOCK_SIZE
     # A constexpr trip count: Triton's interpreter cannot run a loop with runtime bounds (numpy >= 2.4
     # refuses its one-element-array loop bounds), and the pipeliner likes a known count.
     for step in range(SPLIT_ITERS):
         cols = col_begin + step * BLOCK_N + tl.arange(0, BLOCK_N)
-        if ABLATE_GATHER:
-            valid = (cols < col_end) & (kv_len > 0)
-            slot = (first_slot + cols) % num_slots
-            row = (slot // BLOCK_SIZE) * kv_stride_block + (slot % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N]
+        pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
+        block_col = pos // BLOCK_SIZE
+        valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
+        block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
+        valid = valid & (block >= 0) & (block < num_blocks)
+        row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
+        if FP8_DS_MLA:
+            c_kv = _dequantized_c_kv(kv_ptr, row, d_nope, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, 512]
+            rope_ptrs = (kv_ptr + row + ROPE_OFFSET).to(tl.pointer_type(tl.bfloat16))  # [BLOCK_N]
+            k_rope = tl.load(rope_ptrs[:, None] + d_rope[None, :], mask=valid[:, None], other=0.0)
         else:
-            pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
-            block_col = pos // BLOCK_SIZE
-            valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
-            block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
-            valid = valid & (block >= 0) & (block < num_blocks)
-            row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
-        if not ABLATE_QK:
-            if FP8_DS_MLA:
-                c_kv = _dequantized_c_kv(kv_ptr, row, d_nope, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, 512]
-                rope_ptrs = (kv_ptr + row + ROPE_OFFSET).to(tl.pointer_type(tl.bfloat16))  # [BLOCK_N]
-                k_rope = tl.load(rope_ptrs[:, None] + d_rope[None, :], mask=valid[:, None], other=0.0)
-            else:
-                c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
-                k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
-        if BLOCK_DV == LORA_RANK and not ABLATE_QK:
+            c_kv = tl.load(kv_ptr + row[:, None] + d_nope[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, 512]
+            k_rope = tl.load(kv_ptr + row[:, None] + (LORA_RANK + d_rope)[None, :], mask=valid[:, None], other=0.0)
+        if BLOCK_DV == LORA_RANK:
             v = c_kv  # the tile already holds every value column
         elif FP8_DS_MLA:
             v = _dequantized_c_kv(kv_ptr, row, d_out, valid, SCALE_OFFSET, GROUP_SIZE, BF16_BY_BITS)  # [BLOCK_N, BLOCK_DV]
@@ -260,14 +237,11 @@ def _sparse_mla_attention_kernel(
             v = tl.load(kv_ptr + row[:, None] + d_out[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, BLOCK_DV]
         if DOT_FP32:
             v = v.to(tl.float32)
-        if ABLATE_QK:
-            s = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)  # no score product, nor the c_kv / k_rope loads only it needs
-        else:
-            if DOT_FP32:
-                c_kv = c_kv.to(tl.float32)
-                k_rope = k_rope.to(tl.float32)
-            s = tl.dot(q_nope, tl.trans(c_kv))
-            s = tl.dot(q_rope, tl.trans(k_rope), s)  # [BLOCK_H, BLOCK_N] fp32
+        if DOT_FP32:
+            c_kv = c_kv.to(tl.float32)
+            k_rope = k_rope.to(tl.float32)
+        s = tl.dot(q_nope, tl.trans(c_kv))
+        s = tl.dot(q_rope, tl.trans(k_rope), s)  # [BLOCK_H, BLOCK_N] fp32
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: no inf - inf
@@ -280,10 +254,7 @@ def _sparse_mla_attention_kernel(
             p = p.to(q_nope_ptr.dtype.element_ty)  # bf16 probabilities into the value product, as in FA
         if DOT_FP32:
             p = p.to(tl.float32)
-        if ABLATE_PV:
-            acc = acc * alpha[:, None]  # no value product (nor a value-column load when BLOCK_DV < 512)
-        else:
-            acc = tl.dot(p, v, acc * alpha[:, None])
+        acc = tl.dot(p, v, acc * alpha[:, None])
         m_i = m_new
 
     has_any = l_i != 0.0  # a NaN sum (a NaN in a selected slot) propagates, as from the reference
@@ -308,29 +279,28 @@ def _sparse_mla_attention_kernel(
         group = (token * num_head_blocks + head_block) * NUM_DV + dv_block
         arrived = tl.atomic_add(counter_ptr + group, 1, sem="acq_rel", scope="gpu")
         if arrived == num_splits - 1:
-            if not ABLATE_MERGE:
-                _merge_splits(
-                    part_out_ptr,
-                    part_lse_ptr,
-                    out_ptr + token * out_stride_t,
-                    out_stride_h,
-                    lse_ptr + token * lse_stride_t,
-                    lse_stride_h,
-                    token,
-                    head_block,
-                    dv_block,
-                    num_head_blocks,
-                    num_heads,
-                    num_splits,
-                    LORA_RANK,
-                    LN2,
-                    BLOCK_H,
-                    BLOCK_DV,
-                    SPLIT_PAD,
-                    MERGE_H,
-                    MERGE_DV,
-                    HAS_LSE,
-                )
+            _merge_splits(
+                part_out_ptr,
+                part_lse_ptr,
+                out_ptr + token * out_stride_t,
+                out_stride_h,
+                lse_ptr + token * lse_stride_t,
+                lse_stride_h,
+                token,
+                head_block,
+                dv_block,
+                num_head_blocks,
+                num_heads,
+                num_splits,
+                LORA_RANK,
+                LN2,
+                BLOCK_H,
+                BLOCK_DV,
+                SPLIT_PAD,
+                MERGE_H,
+                MERGE_DV,
+                HAS_LSE,
+            )
             tl.store(counter_ptr + group, 0)  # clean for the next launch or graph replay
     else:
         out_rows = out_ptr + token * out_stride_t + heads[:, None] * out_stride_h
@@ -592,8 +562,7 @@ def shared_memory_bytes(config: LaunchConfig, split_iters: int) -> int:
       holds at most that many tiles);
     * ``min(num_stages - 1, split_iters)`` buffers of each of the two index loads, `[block_n]` int32.
 
-    Exact for the wgmma configurations the H200 compiler report measured (``results/2026-11-29-h200/
-    kernel_report.txt``): h64/n32/dv512/st7 185,856 B; h64/n32/dv64/st7 (split_iters 8) 198,144 B, the
+    Exact for the wgmma configurations Triton 3.6.0's compiler report measured on the H200 (2026-11-29): h64/n32/dv512/st7 185,856 B; h64/n32/dv64/st7 (split_iters 8) 198,144 B, the
     "194 KiB" of :func:`default_launch_config`. Above the 16-head mma.sync ones, which keep the query in
     registers: h16/n32/dv512 (split_iters 4) 94,720 B measured (bound 130,048 B), h16/n64/dv64 with one step 51,200 B
     (bound 100,864 B).
@@ -756,8 +725,6 @@ def sparse_mla_attention(
     num_splits: Optional[int] = None,
     config: Optional[LaunchConfig] = None,
     workspace: Optional[SplitWorkspace] = None,
-    _ablate: Sequence[str] = (),
-    _compiled: Optional[list] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sparse MLA attention of DeepSeek-V3.2 over request-local top-k positions, in one kernel launch.
 
@@ -810,11 +777,6 @@ def sparse_mla_attention(
         Split-KV scratch. When ``None`` and the configuration splits, one is allocated for this call
         (zeroed counters: one more launch, and an allocation in a captured graph's private pool); pass
         one (e.g. :meth:`SplitWorkspace.for_max_tokens`) to reuse it across calls.
-    _ablate : sequence of str
-        Benchmark only (``tools/bench.py --ablate``): names of :data:`ABLATIONS` to drop; wrong results.
-    _compiled : list, optional
-        Benchmark only: the launched Triton ``CompiledKernel`` is appended (registers, spills, shared
-        memory, PTX for the compiler report).
 
     Returns
     -------
@@ -837,8 +799,7 @@ def sparse_mla_attention(
     device = kernel_device_type()
     check_tensor("q_nope", q_nope, shape=(None, None, KV_LORA_RANK), dtype=torch.bfloat16, device=device)
     num_tokens, num_heads, _ = q_nope.shape
-    if not 1 <= num_heads <= MAX_NUM_HEADS:
-        raise ValueError(f"sparse_mla: argument 'q_nope' expected 1 <= N <= {MAX_NUM_HEADS} heads, got {num_heads}")
+    check_num_heads("q_nope", num_heads)
     check_tensor("q_rope", q_rope, shape=(num_tokens, num_heads, QK_ROPE_HEAD_DIM), dtype=torch.bfloat16)
     if kv_cache_format.check_kv_cache("kv_cache", kv_cache) is kv_cache_format.FP8_DS_MLA:
         check_kv_cache_slot_strides("kv_cache", kv_cache)
@@ -865,9 +826,6 @@ def sparse_mla_attention(
     if num_splits is not None:
         config = dataclasses.replace(config, num_splits=num_splits)
     _check_config(config)
-    unknown = [name for name in _ablate if name not in ABLATIONS]
-    if unknown:
-        raise ValueError(f"sparse_mla: argument '_ablate' expected names of {sorted(ABLATIONS)}, got {unknown}")
     plan = plan_launch(num_heads, topk, config)
     sizes = SplitWorkspace.sizes(num_tokens, num_heads, topk, config)
     if workspace is None:
@@ -877,10 +835,8 @@ def sparse_mla_attention(
             f"sparse_mla: argument 'workspace' expected room for (partial values, partial LSEs, counters) = "
             f"{sizes}, got {(workspace.partial_out.numel(), workspace.partial_lse.numel(), workspace.counters.numel())}"
         )
-    compiled = launch(plan, q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
-                      out, lse, workspace, _ablate=_ablate)
-    if _compiled is not None and compiled is not None:
-        _compiled.append(compiled)
+    launch(plan, q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
+           out, lse, workspace)
     return (out, lse) if return_lse else out
 
 
@@ -897,8 +853,6 @@ def launch(
     out: torch.Tensor,
     lse: Optional[torch.Tensor],
     workspace: Optional[SplitWorkspace],
-    *,
-    _ablate: Sequence[str] = (),
 ):
     """Launch the kernel of a resolved :class:`LaunchPlan` on arguments the caller has checked.
 
@@ -923,7 +877,6 @@ def launch(
     else:
         part_out = part_lse = counters = out  # not dereferenced: SPLIT is off
     lse_arg = out if lse is None else lse  # not dereferenced without HAS_LSE
-    ablate_flags = {ABLATIONS[name]: True for name in _ablate if ABLATIONS[name] is not None}
     fp8 = kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype
 
     grid = (num_tokens * plan.num_programs_per_token,)
@@ -948,7 +901,7 @@ def launch(
         BLOCK_H=config.block_h,
         BLOCK_N=config.block_n,
         BLOCK_DV=config.block_dv,
-        SPLIT_ITERS=0 if "loop" in _ablate else plan.cols_per_split // config.block_n,
+        SPLIT_ITERS=plan.cols_per_split // config.block_n,
         SPLIT=split,
         SPLIT_PAD=plan.split_pad,
         MERGE_H=plan.merge_h,
@@ -961,10 +914,6 @@ def launch(
         ROPE_OFFSET=FP8_DS_MLA_ROPE_OFFSET,
         GROUP_SIZE=FP8_DS_MLA_GROUP_SIZE,
         num_warps=config.num_warps,
-        # Without the index chain the pipeliner would prefetch LOAD_CHAIN_LEVELS times deeper (and run out
-        # of shared memory): keep the default's KV prefetch distance under the gather ablation.
-        num_stages=FP8_NUM_STAGES if fp8 else
-        (config.num_stages - 1) // LOAD_CHAIN_LEVELS + 1 if "gather" in _ablate else config.num_stages,
-        **ablate_flags,
+        num_stages=FP8_NUM_STAGES if fp8 else config.num_stages,
     )
     return compiled

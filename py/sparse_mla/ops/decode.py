@@ -28,8 +28,11 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+from sparse_mla.checks import check_num_heads
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK
 from sparse_mla.ops.library import Availability, load_op_library
+
+# The tuning constants below each say why in a line; docs/decode-tuning.md has the H200 measurements behind them.
 
 LIBRARY_NAME = "libsparse_mla_decode.so"
 LIBRARY_ENV = "SPARSE_MLA_DECODE_LIBRARY"
@@ -42,23 +45,10 @@ CLUSTER_SIZES = (CLUSTER_SIZE, 1)
 """CTAs per split the kernel is built for: 8 (slices merged through distributed shared memory) or 1."""
 
 SINGLE_CTA_MIN_GROUPS = 16
-"""The plan takes one CTA per split from ``T * head_groups`` of this many on, clusters of 8 below:
-measured on the H200 (32 in results/2026-11-30-h200/release3/README.md; 16 since release 9, with
-32-position stages up to :data:`SMALL_CHUNK_MIN_GROUPS`: N = 16, T = 16, the decode kernel alone,
-bf16 / fp8_ds_mla, 27.2 / 28.0 µs vs 30.5 / 30.2 in clusters of 8 with 16-position stages; at T = 8,
-clusters of 8 stay faster, 21.2 / 21.8 vs 23.3 / 23.5; results/2026-11-30-h200/release9/README.md,
-calls 70 and 71)."""
+"""From this ``T * head_groups`` on, one CTA per split beats clusters of 8 on the H200."""
 
 CLUSTER_ONE_SPLIT_GROUPS = (23, 30)
-"""Past :data:`SINGLE_CTA_MIN_GROUPS`, ``T * head_groups`` in this range (inclusive) takes clusters of 8
-again, with 16-position stages: one split of 16 stages per CTA, 184 to 240 CTAs. One CTA per split
-with 32-position stages has only 5 or 4 splits there, 13 to 16 stages per CTA on a single CTA per SM.
-Below 23 (6 or more splits) one CTA per split stays faster, and at 31 the 248 CTAs of the clusters
-put a third CTA on some SMs (as 264 do at T * head_groups = 11, see
-:data:`CLUSTER_LARGE_CHUNK_MIN_GROUPS`). Measured on the H200, the decode kernel alone, bf16 /
-fp8_ds_mla µs, clusters of 8 vs one CTA per split (release 12, call 100), N = 16: T = 22 31.7 / 32.9 vs
-31.1 / 31.5; T = 23 31.9 / 33.0 vs 33.8 / 34.4; T = 26 32.3 / 33.5 vs 34.4 / 34.9; T = 27 32.6 / 33.8 vs
-38.7 / 39.4; T = 30 32.6 / 33.6 vs 38.9 / 39.7; T = 31 40.0 / 41.9 vs 38.9 / 39.5; N = 8 alike."""
+"""``T * head_groups`` in this range (inclusive) takes clusters of 8 again: one split of 16 stages per CTA."""
 
 HEAD_TILE_ROWS = 16
 """Query heads per tensor-core row tile (mma m16n8k16); a CTA holds 1, 2 or (wide kernel) 4 tiles."""
@@ -86,108 +76,37 @@ CTA_CHUNKS = (16, 32)
 ``cluster_size * cta_chunk`` positions."""
 
 LARGE_CHUNK_MAX_GROUPS = 8
-"""The plan takes 32-position stages while ``T * head_groups`` is at most this (and with one CTA per
-split below :data:`SMALL_CHUNK_MIN_GROUPS`), else 16: measured on
-the H200 (results/2026-11-30-h200/release2/README.md, kernel iterations), 32 is faster for small
-grids (N = 16, T = 1: 11.1 vs 13.0 µs; T = 4: 14.9 vs 15.2), 16 for large ones (T = 16: 34.4 vs
-48.2), where its smaller ring lets more CTAs share an SM; with one CTA per split too (release3,
-call 15: N = 16, T = 128: 108 vs 122 µs). 8 since release 11 (4 before), whose first kernel has two
-barriers per stage and keeps fp8_ds_mla values in registers: N = 16, clusters of 8, bf16 /
-fp8_ds_mla µs, 32 vs 16 positions: T = 5 14.8 / 14.6 vs 16.5 / 16.2; T = 6 16.2 / 16.2 vs
-17.3 / 17.3; T = 7 16.5 / 16.4 vs 17.8 / 17.6; T = 8 21.1 / 20.5 vs 20.9 / 20.9
-(results/2026-11-30-h200/release11/README.md, call 93)."""
+"""Up to this ``T * head_groups``, 32-position stages are faster; larger grids fit more CTAs per SM with 16."""
 
 CLUSTER_LARGE_CHUNK_MIN_GROUPS = 11
-"""In clusters of 8 (``T * head_groups`` below :data:`SINGLE_CTA_MIN_GROUPS`), the plan takes 32-position
-stages again from ``T * head_groups`` of this many on. Between :data:`LARGE_CHUNK_MAX_GROUPS` and here,
-16-position stages split each token 3 ways (27 or 30 clusters). From 11 on, 3 splits (33 clusters, 264
-CTAs) put a third CTA on some SMs and 2 splits leave 8 stages per CTA; one split of eight 32-position
-stages (at most 15 clusters, one wave) is faster. Measured on the H200, N = 16, the decode kernel alone,
-bf16 / fp8_ds_mla µs, 32-position stages vs the plan's 16 in clusters of 8 (release 12, call 99):
-T = 9 21.2 / 20.8 vs 20.1 / 20.3; T = 10 21.2 / 20.9 vs 20.2 / 20.5; T = 11 21.2 / 21.0 vs 24.2 / 24.6;
-T = 12 21.3 / 21.1 vs 22.9 / 23.0; T = 13 21.3 / 21.2 vs 23.0 / 23.2; T = 14 21.4 / 21.4 vs 23.2 / 23.3;
-T = 15 21.5 / 21.5 vs 23.7 / 23.6 (one CTA per split, 32 positions: 24.5 to 27.8)."""
+"""In clusters of 8, from this ``T * head_groups`` on, one split of 32-position stages (16 would split 3 ways)."""
 
 SMALL_CHUNK_MIN_GROUPS = 32
-"""With one CTA per split, the plan takes 16-position stages from ``T * head_groups`` of this many on,
-32 below. Measured on the H200 (release 9, calls 70 and 71), the decode kernel alone, bf16 /
-fp8_ds_mla µs, N = 16, 32 vs 16 positions: T = 16 27.2 / 28.0 vs 33.4 / 32.0; T = 32 40.7 / 43.7 vs
-39.9 / 40.8; T = 128 122.4 / 134.6 vs 109.1 / 118.7."""
+"""With one CTA per split, 16-position stages from this ``T * head_groups`` on (more CTAs share an SM), 32 below."""
 
 FP8_THREE_CTAS_MIN_GROUPS = 48
-"""On the fp8_ds_mla cache, the first kernel with 16 heads per CTA (which fits 3 CTAs per SM: 80
-registers, < 76 KB of shared memory) aims at 3 CTAs per SM from ``T * head_groups`` of this many on,
-2 below. Measured on the H200, N = 16, the decode kernel alone, µs, 3 vs 2 CTAs per SM (release 9,
-call 73, two runs each): T = 32 49.0 vs 40.8 (call 71); T = 48 54.7 vs 56.8; T = 64 68.1 vs 67.0;
-T = 96 89.9 vs 118.1; T = 128 113.8 vs 118.4; T = 192 161.1 vs 216.5; T = 256..512 within 0.2 %. Two
-CTAs per SM leave whole SMs' worth of the wave empty where T does not divide 264 (T = 96: 2 splits of
-1024 positions, 192 CTAs). The bf16 cache keeps 2: 3 were slower at T = 16..128 (call 71: T = 128
-110.4 vs 108.4; T = 64 69.5 vs 63.0), where its rows fill the memory pipeline at 2."""
+"""fp8_ds_mla, 16 heads per CTA: 3 CTAs per SM from this ``T * head_groups`` on (2 leave SMs idle in a wave)."""
 
 FP8_WIDE_TAIL_MAX_WAVES = 1.5
-"""On the fp8_ds_mla cache, where the wide kernel's unsplit grid is more than one wave but at most this
-many (T * head_groups in (SMs, 1.5 SMs]: N = 64, T = 133..198; N = 128, T = 67..99), the plan lets the
-wave model choose the splits (up to :data:`UNCAPPED_MAX_SPLITS`) without the ``num_sms * ctas_per_sm``
-cap, which would give 1 and leave a short second wave. Measured on the H200, the decode kernel alone,
-fp8 µs (release 9, call 75): N = 64, T = 160 246.4 (4 splits) vs 296.6 (1); T = 192 262.4 (2) vs 291.1;
-N = 128, T = 96 260.4 (2) vs 289.6. Outside the band the uncapped model was no better: N = 64, T = 96
-(0.73 waves) 155.5 vs 148.6; N = 128, T = 160 (2.4 waves) 426.1 vs 432.9; T = 200 (3 waves) 607.0 vs
-572.4. The partial outputs of such a step exceed one wave's, up to five (N = 64, T = 165: 86.5 MB);
-:meth:`DecodeWorkspace.for_max_tokens` sizes for them."""
+"""fp8_ds_mla, wide kernel: an unsplit grid of (1, this] waves is split by the wave model (no short second wave)."""
 
 FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM = 4
-"""On the fp8_ds_mla cache, where the first kernel's unsplit grid (one CTA per split, 16 or 32 heads per
-CTA) has more CTAs than the device has SMs but at most this many per SM (T * head_groups in
-(SMs, 4 SMs]: N <= 32, T = 133..528 on the H200), the plan lets the wave model choose the splits
-(with :data:`UNCAPPED_SPLIT_COST_PER_HEAD`) without the ``num_sms * ctas_per_sm`` cap, which gives 1
-split there. Measured on the H200, the decode kernel alone, fp8_ds_mla µs at every split count 1..8
-(results/2026-11-30-h200/release10/README.md, calls 79..81; N = 16 at 37 and N = 32 at 21 values of T
-in the band): the capped plan took 9.7 % (N = 16) and 8.5 % (N = 32) longer than the best split count
-on average, up to 23 % (N = 16, T = 265: 1 split 303.9, 4 splits 247.5) and 32 % (N = 32, T = 140:
-274.8 vs 208.2, 5 splits); the uncapped model's choice 1.4 % and 0.8 %, up to 10 % and 4.8 %. It is
-slower than the capped plan at 4 of the 58 points: N = 32, T = 360 / 384 by 3-5 %, N = 16, T = 245 /
-256 by 1-2 %. Past 4 CTAs per SM the model's choice is mixed (N = 16, T = 530..1024 with a band of 8:
-2-8 % faster at 8 of 14 points, 2-5 % slower at 4) and the partial outputs would grow past the 86.5 MB
-the band needs at most (N = 32, T = 440, 3 splits) to 111 MB (N = 16, T = 850)."""
+"""fp8_ds_mla, first kernel: an unsplit grid of (1, this] CTAs per SM is split by the wave model past the cap."""
 
 UNCAPPED_MAX_SPLITS = 8
-"""The most splits the wave model weighs where it runs without the cap
-(:data:`FP8_WIDE_TAIL_MAX_WAVES`, :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM`): on the H200 it never
-chooses more in either band (at most 4 and 8 splits), and each count it weighs costs host time
-whenever a plan is made (a builder plans each T once, and every T when it sizes its workspace): the
-64 counts of release 9 took ~78 µs a plan at N = 64, T = 160 (our CPU machine, a Python capacity)."""
+"""Most splits the uncapped wave model weighs: it never chose more on the H200; each costs host time per plan."""
 
 UNCAPPED_SPLIT_COST_PER_HEAD = 1
-"""Where the wave model runs without the cap, it also charges every split beyond the first this many
-positions per head of a CTA (its partial output, written and merged again: 16 to 64 positions per
-CTA). Fitted to the first kernel's split sweeps on the H200 (release 10, calls 79..81), the uncapped
-model's choice over the 21 values of T in the band at N = 32 took 0.8 % longer than the best split count
-on average and 4.8 % at most (without the charge 1.6 % and 14 %: T = 220, 6 splits, 323.5 µs vs 283.8
-unsplit; about the same from 1 to 2 per head); at N = 16 1.4 % with or without it (it changes the
-choice only at T = 317..330), and the wide kernel's choices in its band are the same."""
+"""Uncapped, each split past the first costs this many positions per head of a CTA (its partial, merged again)."""
 
 WIDE_PADDED_TOKENS = (2, 128)
-"""The plan takes the wide kernel (64 heads per CTA) for every ``N > 32``, and for ``16 < N <= 32``,
-where at least half of its 64 query rows are padding, for ``T`` in this range (inclusive). Measured
-on the H200, the decode kernel alone, bf16 / fp8_ds_mla µs, wide vs the first kernel
-(results/2026-11-30-h200/release7/README.md, call 55, with the wide kernel's bf16 partial outputs):
-N = 128, T = 1: 15.7 / 15.5 vs 18.5 / 20.0; N = 64, T = 1: 14.6 / 14.7 vs 15.6 / 16.8; T = 2:
-16.3 / 15.9 vs 18.7 / 20.1; N = 32, T = 2: 15.6 / 15.6 vs 16.0 / 17.1; T = 4: 16.3 / 16.2 vs
-19.3 / 20.6; T = 128: 130.1 / 143.9 vs 147.2 / 156.9 (release6). Outside, the first kernel is about
-as fast or faster: N = 32, T = 1: 14.4 / 14.6 vs 14.2 / 14.8 (call 55: 0.2 µs faster on bf16, 0.2
-slower on fp8); T = 256: 256.9 / 285.4 vs 249.8 / 273.5 (release6: the padded rows cost tensor-core
-time once the wide grid fills the GPU)."""
+"""The wide kernel serves every ``N > 32``, and ``16 < N <= 32`` for ``T`` in this range, where it is faster."""
 
 WIDE_MAX_TOPK = 4096
-"""The plan leaves the wide kernel out above this top-k: a CTA keeps its split's slot ids in shared
-memory beside ~197 KB (bf16 cache) or ~202 KB (fp8_ds_mla: 2 operand stages and a raw ring of 4
-half-stages) of buffers, so one split holds at most 7680 or 6400 positions (227 KB per block on
-Hopper); 4096 keeps a margin. DeepSeek-V3.2 uses 2048."""
+"""Above this top-k the wide kernel is left out: a split's slot ids share its ~200 KB of shared memory."""
 
 WAVE_COST_IN_POSITIONS = 64
-"""A wave's fixed cost in positions per CTA: index translation, first gather and the two merges take
-~5 µs of a wave, a CTA ~1.3 µs per 16 positions once its ring is full (per-CTA clock stamps on the
-H200, N = 16, T = 1 and 16: results/2026-11-30-h200/release2/decode_kernel_iterations/trace_slices_p1.txt)."""
+"""A wave's fixed cost in positions per CTA: ~5 µs of index translation, first gather and merges."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,8 +183,8 @@ def plan(
     ``[1, min(64, topk / (cluster_size * cta_chunk))]``, then positions per split ``ceil(topk / s)``
     rounded up to that granule (and ``s`` reduced to the splits that still hold positions); never fewer
     splits than keep a split within :data:`MAX_POSITIONS_PER_SPLIT` (the wide kernel: :data:`WIDE_MAX_TOPK`).
-    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` or on the wide kernel, and 2 above (measured with the first
-    release's kernel, results/2026-11-30-h200/decode_ctas_per_sm.csv), except on the fp8_ds_mla cache
+    ``ctas_per_sm`` defaults to 1 while ``T * head_groups <= 2`` or on the wide kernel, and 2 above (measured on
+    the H200, docs/decode-tuning.md), except on the fp8_ds_mla cache
     (``fp8_ds_mla``) with 16 heads per CTA from ``T * head_groups = FP8_THREE_CTAS_MIN_GROUPS`` on: 3. Example
     (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256 positions (64 CTAs of 32 positions),
     T = 8 → 4 splits of 512.
@@ -290,8 +209,7 @@ def plan(
         :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
         :data:`HEAD_TILES`, or the wide kernel's ``head_tiles`` with another stage or cluster size.
     """
-    if not 1 <= num_heads <= 128:
-        raise ValueError(f"sparse_mla: argument 'num_heads' expected 1..128, got {num_heads}")
+    check_num_heads("num_heads", num_heads)
     if topk > MAX_TOPK:
         raise ValueError(f"sparse_mla: argument 'topk' expected at most {MAX_TOPK} (MAX_TOPK), got {topk}")
     if num_tokens < 0:

@@ -1,4 +1,4 @@
-"""Random sparse-MLA batches for the tests and the benchmark.
+"""Random sparse-MLA batches for the tests and the benchmark (not part of the sparse_mla package).
 
 Everything is drawn from a seeded generator on the target device, with non-zero values, so that
 unwritten outputs and wrong indexing show up as errors.
@@ -166,7 +166,7 @@ def make_batch(
     Token ``i`` of request ``r`` sits at position ``seq_lens[r] - query_lens[r] + i`` and may attend
     the positions below ``position + 1`` (causal). Blocks are a random permutation of the cache, as
     in an engine after much allocation churn, or with ``contiguous_blocks`` consecutive per request
-    from a random start (a fresh engine; on the H200 both run equally fast, see results/).
+    from a random start (a fresh engine; on the H200 both run equally fast).
 
     Raises
     ------
@@ -245,18 +245,7 @@ def common_metadata(
     slot_mapping[: batch.num_tokens] = batch.slot_mapping
     if block_table is None:
         block_table = torch.cat([batch.block_table, batch.block_table[:1].repeat(num_padded_reqs, 1)])
-    return CommonAttentionMetadata(
-        query_start_loc=query_start_loc,
-        query_start_loc_cpu=query_start_loc.cpu(),
-        seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens.cpu(),
-        num_reqs=len(batch.seq_lens) + num_padded_reqs,
-        num_actual_tokens=num_tokens,
-        max_query_len=max(batch.query_lens),
-        max_seq_len=max(batch.seq_lens),
-        slot_mapping=slot_mapping,
-        block_table_tensor=block_table,
-    )
+    return _engine_step(query_start_loc, seq_lens, slot_mapping, block_table)
 
 
 def make_common_metadata(
@@ -276,18 +265,32 @@ def make_common_metadata(
     for q in query_lens:
         starts.append(starts[-1] + q)
     num_tokens = starts[-1] if num_actual_tokens is None else num_actual_tokens
-    int32 = dict(dtype=torch.int32)
+    int32 = dict(dtype=torch.int32, device=device)
+    return _engine_step(
+        torch.tensor(starts, **int32), torch.tensor(seq_lens, **int32),
+        torch.arange(num_tokens, dtype=torch.int64, device=device),
+        torch.arange(len(seq_lens) * max_blocks, **int32).view(-1, max_blocks),
+    )
+
+
+def _engine_step(query_start_loc: torch.Tensor, seq_lens: torch.Tensor, slot_mapping: torch.Tensor,
+                 block_table: torch.Tensor) -> CommonAttentionMetadata:
+    """The one constructor of both builders above: host copies and maxima from the device tensors
+    (``query_start_loc`` `[R + 1]`, ``seq_lens`` `[R]` int32; ``slot_mapping`` `[T]` int64, its length the
+    padded token count)."""
+    query_start_loc_cpu, seq_lens_cpu = query_start_loc.cpu(), seq_lens.cpu()
+    query_lens = query_start_loc_cpu[1:] - query_start_loc_cpu[:-1]
     return CommonAttentionMetadata(
-        query_start_loc=torch.tensor(starts, device=device, **int32),
-        query_start_loc_cpu=torch.tensor(starts, **int32),
-        seq_lens=torch.tensor(seq_lens, device=device, **int32),
-        seq_lens_cpu=torch.tensor(seq_lens, **int32),
-        num_reqs=len(seq_lens),
-        num_actual_tokens=num_tokens,
-        max_query_len=max(query_lens, default=0),
-        max_seq_len=max(seq_lens, default=0),
-        slot_mapping=torch.arange(num_tokens, dtype=torch.int64, device=device),
-        block_table_tensor=torch.arange(len(seq_lens) * max_blocks, device=device, **int32).view(-1, max_blocks),
+        query_start_loc=query_start_loc,
+        query_start_loc_cpu=query_start_loc_cpu,
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens_cpu,
+        num_reqs=seq_lens.shape[0],
+        num_actual_tokens=slot_mapping.shape[0],
+        max_query_len=int(query_lens.max()) if len(query_lens) else 0,
+        max_seq_len=int(seq_lens_cpu.max()) if len(seq_lens_cpu) else 0,
+        slot_mapping=slot_mapping,
+        block_table_tensor=block_table,
     )
 
 

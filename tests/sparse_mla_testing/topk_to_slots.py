@@ -1,4 +1,5 @@
-"""Top-k index conversion: request-local positions to global KV-cache slot ids, valid ones first.
+"""Top-k index conversion in Triton, for the tests and the benchmark (the FA3 route runs the CUDA one,
+``cc/topk_to_slots_kernel.cu``): request-local positions to global KV-cache slot ids, valid ones first.
 
 The lightning indexer gives each query token up to ``topk`` positions inside its own request
 (``-1`` = none, anywhere in the row). FA3 reads a page table of slot ids (page size 1) and attends the
@@ -19,12 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor
+from sparse_mla.checks import check_kv_cache_slot_strides, check_tensor, check_topk_indices
 from sparse_mla.constants import KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
 from sparse_mla.kernels.triton_support import kernel_device_type
-
-NO_POSITION = -1
-"""Marks an empty entry of a top-k row."""
 
 FILL_SLOT = 0
 """Written after the valid slot ids of a row: slot 0 lies in every non-empty cache."""
@@ -212,67 +210,6 @@ def topk_to_slots(
         num_warps=_NUM_WARPS,
     )
     return slot_ids, valid_count
-
-
-def check_topk_indices(
-    topk_indices: torch.Tensor,
-    req_id: torch.Tensor,
-    token_kv_len: torch.Tensor,
-    block_table: torch.Tensor,
-    num_blocks: int,
-) -> None:
-    """Raise on the first top-k entry that is neither ``-1`` nor valid (``check=True`` of :func:`topk_to_slots`).
-
-    Arguments as :func:`topk_to_slots`. Synchronizes with the host. Rows with ``token_kv_len == 0``
-    (padding tokens) are not checked.
-
-    Raises
-    ------
-    ValueError
-        Naming the token (and the column) of the first negative ``token_kv_len``, ``req_id`` outside
-        ``[0, R)``, position outside ``[0, token_kv_len)``, position past the block table, or block id
-        outside ``[0, num_blocks)``, in row-major order.
-    """
-    num_reqs, max_blocks = block_table.shape
-    lengths = token_kv_len.long()
-    negative = (lengths < 0).nonzero()
-    if len(negative):
-        t = int(negative[0, 0])
-        raise ValueError(f"sparse_mla: token {t}: token_kv_len expected >= 0, got {int(lengths[t])}")
-    checked = lengths > 0  # rows of padding tokens are not checked
-    reqs = req_id.long()
-    bad_req = (checked & ((reqs < 0) | (reqs >= num_reqs))).nonzero()
-    if len(bad_req):
-        t = int(bad_req[0, 0])
-        raise ValueError(f"sparse_mla: token {t}: req_id expected in [0, {num_reqs}), got {int(reqs[t])}")
-
-    pos = topk_indices.long()
-    block_col = torch.div(pos, KV_BLOCK_SIZE, rounding_mode="floor")
-    in_table = (pos >= 0) & (block_col < max_blocks)
-    block = torch.full_like(pos, -1)  # no block where the table is empty (every checked row is bad then)
-    if num_reqs and max_blocks:
-        rows = block_table[reqs.clamp(0, num_reqs - 1)].long()  # [T, max_blocks]
-        block = torch.gather(rows, 1, block_col.clamp(0, max_blocks - 1))
-    bad_position = (pos < NO_POSITION) | ((pos >= 0) & (pos >= lengths[:, None]))
-    bad_column = (pos >= 0) & ~bad_position & ~in_table
-    bad_block = in_table & ~bad_position & ((block < 0) | (block >= num_blocks))
-    bad = checked[:, None] & (bad_position | bad_column | bad_block)
-    first = bad.nonzero()
-    if not len(first):
-        return
-    t, c = int(first[0, 0]), int(first[0, 1])
-    p = int(pos[t, c])
-    where = f"sparse_mla: token {t}, column {c}: top-k index {p}"
-    if bad_position[t, c]:
-        raise ValueError(f"{where} expected -1 or in [0, token_kv_len = {int(lengths[t])}), got {p}")
-    if bad_column[t, c]:
-        raise ValueError(
-            f"{where} lies in block-table column {int(block_col[t, c])}, expected < max_blocks = {max_blocks}"
-        )
-    raise ValueError(
-        f"{where}: block_table[{int(reqs[t])}, {int(block_col[t, c])}] expected in [0, num_blocks = {num_blocks}), "
-        f"got {int(block[t, c])}"
-    )
 
 
 def slot_rows_view(kv_cache: torch.Tensor) -> Tuple[torch.Tensor, int]:
