@@ -31,7 +31,7 @@ from sparse_mla.kernels.sparse_mla_attention import (
 from sparse_mla_testing.topk_to_slots import topk_to_slots
 from sparse_mla.kernels.triton_support import interpreting
 from sparse_mla.ops import decode, fa3
-from sparse_mla.routes import ROUTES, fa3_route
+from sparse_mla.routes import ROUTES, StepContext, fa3_route
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference, topk_to_slots_reference
 
 CPU = torch.device("cpu")
@@ -106,7 +106,7 @@ def test_builder_updates_the_same_buffers_in_place(route):
         a, b = getattr(first, name), getattr(second, name)
         assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, f"{name} expected the same buffer in both steps"
     assert first.route is second.route and first.route.name == route
-    assert first.plan is second.plan and first.workspace is second.workspace is builder.workspaces[route]
+    assert first.step is second.step and first.step.workspace is builder.workspaces[route]
     if route == "fa3":
         for name in ("page_table", "cache_seqlens"):
             a, b = getattr(first.prepared, name), getattr(second.prepared, name)
@@ -522,7 +522,8 @@ def test_builder_routes_each_padded_size_by_the_table_and_its_fallbacks():
         md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
         expected = routing.choose_route(NUM_HEADS, num_tokens, "cpu")
         assert md.route.name == expected, f"T={num_tokens}: route expected {expected}, got {md.route.name}"
-        assert md.plan == ROUTES[expected].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK, "bfloat16")
+        assert md.step.plan == ROUTES[expected].plan(StepContext(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK,
+                                                                 CPU, "bfloat16"))
     assert list(builder.workspaces) == routing.routes_up_to(NUM_HEADS, MAX_TOKENS, "cpu") == ["triton"]
 
 
@@ -532,7 +533,8 @@ def test_builder_route_override(route):
     for num_tokens in (1, 7, MAX_TOKENS):
         md = builder.build(0, testing.make_common_metadata([3000] * num_tokens, [1] * num_tokens))
         assert md.route is ROUTES[route], f"T={num_tokens}: route expected {route}, got {md.route.name}"
-        assert md.plan == ROUTES[route].plan(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK, "bfloat16")
+        assert md.step.plan == ROUTES[route].plan(StepContext(num_tokens, NUM_HEADS, builder.num_sms, INDEX_TOPK, CPU,
+                                                              "bfloat16"))
     assert list(builder.workspaces) == [route], "only the override's workspace expected"
 
 
@@ -541,9 +543,10 @@ def test_builder_route_override(route):
 def test_route_plans_are_frozen_and_depend_on_the_shape_only(name, cache_format):
     route = ROUTES[name]
     for num_tokens in (0, 1, 8, 300):
-        plan = route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK, cache_format)
+        context = StepContext(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK, CPU, cache_format)
+        plan = route.plan(context)
         assert dataclasses.is_dataclass(plan) and plan.__dataclass_params__.frozen, f"{name}: plan expected frozen"
-        assert plan == route.plan(num_tokens, NUM_HEADS, H200_SMS, INDEX_TOPK, cache_format)
+        assert plan == route.plan(context)
 
 
 def test_workspaces_belong_to_the_builder_and_fit_every_step():
@@ -571,7 +574,7 @@ def test_step_plan_is_decided_once_per_padded_size():
     first = builder.build(0, testing.make_common_metadata([100, 200], [1, 1], num_actual_tokens=4))
     second = builder.build(0, testing.make_common_metadata([9], [3], num_actual_tokens=4))
     assert builder.step_plan(4) is builder.step_plan(4)
-    assert first.plan is second.plan and first.route is second.route
+    assert first.step is second.step and first.route is second.route
     with pytest.raises(ValueError, match=r"'num_actual_tokens' expected in \[0, max_num_batched_tokens = 128\], got 129"):
         builder.step_plan(MAX_TOKENS + 1)
 
@@ -585,5 +588,5 @@ def test_fa3_step_without_fa3_plans_but_leaves_scheduling_to_fa3():
     assert md.prepared.scheduler_metadata is None
     assert md.prepared.page_table.shape == (3, INDEX_TOPK) and md.prepared.cache_seqlens.shape == (3,)
     num_sms = device_info.num_sms(CPU)
-    assert md.plan == fa3_route.Plan(num_splits=fa3.choose_num_splits(3, NUM_HEADS, num_sms),
+    assert md.step.plan == fa3_route.Plan(num_splits=fa3.choose_num_splits(3, NUM_HEADS, num_sms),
                                       scheduler_metadata_size=fa3.scheduler_metadata_size(3))

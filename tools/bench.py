@@ -294,7 +294,7 @@ def fa3_kernel_call(c: Copy, kv_cache: torch.Tensor, num_splits: Optional[int] =
     step = metadata.prepared
     topk_to_slots(b.topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table, kv_cache.shape[0],
                   slot_ids=step.page_table, valid_count=step.cache_seqlens)
-    planned = metadata.plan.num_splits
+    planned = metadata.step.plan.num_splits
     num_splits = planned if num_splits is None else num_splits
     scheduler_metadata = step.scheduler_metadata if num_splits == planned else None
     return lambda: fa3_calls.sparse_mla_fwd(

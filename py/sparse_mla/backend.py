@@ -22,7 +22,7 @@ Example
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -46,7 +46,7 @@ from sparse_mla.constants import (
 from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import max_default_shared_memory_bytes
 from sparse_mla.ops import decode, fa3, token_metadata
-from sparse_mla.routes import ROUTES, Route
+from sparse_mla.routes import ROUTES, PreparedStep, Route, RoutePlan, RouteWorkspace, StepContext
 
 MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
 """The fused Triton kernel's bf16 ``tl.dot`` needs tensor cores with bf16 inputs: Ampere or newer."""
@@ -247,14 +247,30 @@ class SparseMLABackend:
 # Metadata
 
 
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """Everything about a step that depends only on its padded token count ``T``: decided by
+    :meth:`SparseMLAMetadataBuilder.step_plan` on the first step of that ``T`` and shared by every later one."""
+
+    route: Route  # the route serving these steps (sparse_mla.routes)
+    plan: RoutePlan  # route.plan(context): the steps' host decisions
+    workspace: RouteWorkspace  # the route's persistent buffers, owned by the builder
+    tokens: torch.Tensor  # [T] int32 0..T-1
+    tokens_plus_one: torch.Tensor  # [T] int32 1..T
+    req_id: torch.Tensor  # [T] views of the builder's buffers
+    token_kv_len: torch.Tensor
+    kv_len_bound: torch.Tensor
+    cu_seqlens_q: torch.Tensor  # [T + 1]
+
+
 @dataclasses.dataclass(slots=True)
 class SparseMLAMetadata:
     """One step's attention metadata and plan; every tensor is a view of the builder's persistent buffers.
 
     Token ``t`` attends the slots its top-k row selects among the positions ``< token_kv_len[t]`` of
     request ``req_id[t]``. Padding tokens have ``req_id`` 0, ``token_kv_len`` 0 (no valid position)
-    and ``kv_len_bound`` 1. ``route``, ``plan``, ``workspace`` and ``prepared`` are the step's plan:
-    decided in :meth:`SparseMLAMetadataBuilder.build`, only read by :meth:`SparseMLAImpl.forward`.
+    and ``kv_len_bound`` 1. ``step`` (the route, its plan and workspace) and ``prepared`` are decided in
+    :meth:`SparseMLAMetadataBuilder.build` and only read by :meth:`SparseMLAImpl.forward`.
     """
 
     num_actual_tokens: int  # T, padding included
@@ -268,29 +284,17 @@ class SparseMLAMetadata:
     token_kv_len: torch.Tensor  # [T] int32 causal length: positions the token may attend
     kv_len_bound: torch.Tensor  # [T] int32 max(1, min(token_kv_len, topk)): bound of the attended keys
     cu_seqlens_q: torch.Tensor  # [T + 1] int32 = 0..T, every token its own query "sequence"
-    route: Route  # the route serving this step (sparse_mla.routes)
-    plan: Any  # route.plan(T, N, SM count, K, cache format): the step's host decisions
-    workspace: Any  # the route's persistent buffers, owned by the builder
-    prepared: Any = None  # what route.prepare made of this step (FA3: page-table views, scheduler metadata)
+    step: StepPlan  # the route, plan and workspace of every step of this T
+    prepared: PreparedStep = None  # step.route.prepare of this step (FA3: page-table views, scheduler metadata)
+
+    @property
+    def route(self) -> Route:
+        """The route serving this step."""
+        return self.step.route
 
 
 # --------------------------------------------------------------------------------------------------
 # Metadata builder
-
-
-@dataclasses.dataclass(frozen=True)
-class _StepPlan:
-    """Everything about a step that depends only on its padded token count ``T`` (memoized per ``T``)."""
-
-    route: Route
-    plan: Any
-    workspace: Any
-    tokens: torch.Tensor  # [T] int32 0..T-1
-    tokens_plus_one: torch.Tensor  # [T] int32 1..T
-    req_id: torch.Tensor  # [T] views of the builder's buffers
-    token_kv_len: torch.Tensor
-    kv_len_bound: torch.Tensor
-    cu_seqlens_q: torch.Tensor  # [T + 1]
 
 
 PADDING_OFFSET = -(1 << 30)
@@ -369,6 +373,8 @@ class SparseMLAMetadataBuilder:
         self.num_heads = num_heads
         self.index_topk = index_topk
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # where "cuda" allocates: the current device
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.route_override = route
         self.num_sms = device_info.num_sms(self.device)
         # The per-token work of build: one CUDA launch where our op library runs, else PyTorch ops.
@@ -386,14 +392,16 @@ class SparseMLAMetadataBuilder:
         self._padding_offset = torch.full((1,), PADDING_OFFSET, **int32)  # [1]
         names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens, self.device.type,
                                                                          self.kv_cache_format.name)
-        self.workspaces: Dict[str, Any] = {
-            name: ROUTES[name].make_workspace(max_tokens, num_heads, self.num_sms, index_topk, self.device,
-                                              self.kv_cache_format.name)
-            for name in names
-        }
-        self._steps: Dict[int, _StepPlan] = {}
+        largest = self.step_context(max_tokens)
+        self.workspaces: Dict[str, RouteWorkspace] = {name: ROUTES[name].make_workspace(largest) for name in names}
+        self._steps: Dict[int, StepPlan] = {}
 
-    def step_plan(self, num_tokens: int) -> _StepPlan:
+    def step_context(self, num_tokens: int) -> StepContext:
+        """The :class:`~sparse_mla.routes.StepContext` routes plan a step of ``num_tokens`` padded tokens from."""
+        return StepContext(num_tokens, self.num_heads, self.num_sms, self.index_topk, self.device,
+                           self.kv_cache_format.name)
+
+    def step_plan(self, num_tokens: int) -> StepPlan:
         """The route, plan and buffer views of a step of ``num_tokens`` padded tokens (made once per ``T``).
 
         Raises
@@ -412,9 +420,9 @@ class SparseMLAMetadataBuilder:
         name = self.route_override or routing.choose_route(self.num_heads, num_tokens, self.device.type,
                                                            self.kv_cache_format.name)
         route = ROUTES[name]
-        step = _StepPlan(
+        step = StepPlan(
             route=route,
-            plan=route.plan(num_tokens, self.num_heads, self.num_sms, self.index_topk, self.kv_cache_format.name),
+            plan=route.plan(self.step_context(num_tokens)),
             workspace=self.workspaces[name],
             tokens=self._cu_seqlens_q[:num_tokens],
             tokens_plus_one=self._cu_seqlens_q[1 : num_tokens + 1],
@@ -488,14 +496,12 @@ class SparseMLAMetadataBuilder:
             token_kv_len=step.token_kv_len,
             kv_len_bound=step.kv_len_bound,
             cu_seqlens_q=step.cu_seqlens_q,
-            route=step.route,
-            plan=step.plan,
-            workspace=step.workspace,
+            step=step,
         )
         metadata.prepared = step.route.prepare(step.plan, step.workspace, metadata)
         return metadata
 
-    def _token_metadata_torch(self, step: "_StepPlan", query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+    def _token_metadata_torch(self, step: "StepPlan", query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
                               num_tokens: int, num_reqs: int) -> None:
         """:func:`sparse_mla.ops.token_metadata.token_metadata`'s function in PyTorch ops (CPU, or no op
         library): this step's entries, then the reset of what a larger earlier step left past them."""
