@@ -54,7 +54,7 @@ scheduling kernel on every call, as before the plan existed; the difference is w
 
 ``--host_time`` (bf16 cache only) measures host time instead: eager µs per call of ``SparseMLAMetadataBuilder.build`` and of
 ``SparseMLAImpl.forward`` on each route at the ``--host_time_points``, next to a bare ``x.add_(1)`` on the
-same device in the same run, with their ratios (issue 7's targets: forward <= 3x, build <= 5x), written to
+same device in the same run, with their ratios (the targets: forward <= 3x, build <= 5x), written to
 ``host_time.csv``. Each measurement times ``--host_time_calls`` back-to-back calls (fewer launches than the
 GPU's queue holds, so the host is what is timed) and reports the median of ``--host_time_repeats``. Without a
 CUDA device it runs on the CPU with ``T = 0`` (every check, the dispatch and the plan lookup, no kernel: the

@@ -11,7 +11,7 @@
 #   (the committed kernels' objects). Only variants are timed: time the committed kernel as a copy.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons, memory and source sections; text report in $OUT).
-#   --tests: per variant, tests/test_decode_gpu.py against its library.
+#   --tests: per variant, tests/ops/test_decode_gpu.py against its library.
 # Bench flags default to --heads=16,32,64,128 --tokens=1,2,4,8,16 (each point checked against the reference).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -77,7 +77,7 @@ for size in decode.CLUSTER_SIZES:
                   [(pps, decode.max_active_clusters(tiles, chunk, size, pps, 0)) for pps in (256, 512, 1024, 2048)])
 " 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
-    PYTHONPATH=py:tests python3 -m pytest -q tests/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
+    PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"
   fi
   mkdir -p "$out/$name"

@@ -114,7 +114,7 @@ for step in "${steps[@]}"; do
       ;;
     decode)
       export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so
-      PYTHONPATH=py:tests python3 -m pytest -q tests/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
+      PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
       echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
       mkdir -p "$out/decode_bench"
       PYTHONPATH=py:tests python3 tools/bench.py --paths=triton,decode --heads=16,32,64,128 --tokens=1,2,4,8,16,32 \
@@ -126,8 +126,8 @@ for step in "${steps[@]}"; do
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       [ -f bazel-bin/cc/libsparse_mla_fa3.so ] && export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
       PYTHONPATH=py:tests compute-sanitizer --tool memcheck --target-processes all \
-        python3 -m pytest -q tests/test_decode_gpu.py tests/test_fa3_gpu.py tests/test_token_metadata_gpu.py \
-        tests/test_unusual_inputs_gpu.py \
+        python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_fa3_gpu.py tests/ops/test_token_metadata_gpu.py \
+        tests/backend/test_unusual_inputs_gpu.py \
         -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call" \
         > "$out/memcheck.log" 2>&1
       echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/memcheck.log")" | tee -a "$out/summary.txt"

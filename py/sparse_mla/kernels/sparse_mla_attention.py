@@ -1,55 +1,17 @@
 """Fused sparse MLA attention in Triton: request-local top-k positions in, attention out, one launch.
 
-DeepSeek-V3.2's sparse MLA attends, for query token ``t``, the (at most) ``K = 2048`` positions its
-lightning indexer picked inside the token's request. Every query head attends the same positions of
-one shared latent head: slot ``[c_kv (512) | k_rope (64)]`` of the bf16 cache `[num_blocks, 64, 576]`,
-or of the uint8 fp8_ds_mla cache `[num_blocks, 64, 656]` (:mod:`sparse_mla.fp8_ds_mla`).
-
-What one launch does
---------------------
-* **Index translation in the kernel.** Each program reads its slice of the token's top-k row and
-  finds the cache slot of position ``p`` as ``block_table[req_id[t], p // 64] * 64 + p % 64``.
-  Entries that are ``-1``, ``>= token_kv_len[t]``, past the block table's width, or whose block id
-  lies outside ``[0, num_blocks)`` are masked out wherever they sit in the row (and never read), so
-  no slot-id tensor and no separate conversion launch is needed.
-* **All heads of a token per KV row.** A program owns ``block_h`` query heads of one token (padded in
-  registers, never in memory: ``tl.dot`` needs at least 16 rows) and a ``[block_n, 576]`` tile of
-  gathered KV rows per loop step, so each row is read once for all the heads it serves.
-  Scores ``q_nope·c_kv + q_rope·k_rope`` and the value product ``p·c_kv`` are ``tl.dot`` on bf16
-  with fp32 accumulation; the softmax is an fp32 online softmax in base 2 (``log2(e)`` is folded into
-  the scale, so each exponential is one ``exp2``).
-* **Split-KV with an in-kernel merge.** For few tokens, ``num_splits`` programs share a token's
-  top-k row (and ``512 / block_dv`` programs share its output columns), so the whole GPU works on a
-  single token. Each program writes its normalized partial output and base-2 log-sum-exp to a
-  persistent fp32 workspace, then bumps an arrival counter of its (token, head block, column block)
-  group with a release/acquire atomic; the program that arrives last merges the group's partials
-  into ``out``/``lse`` and resets the counter to zero, so the next launch -- or the next replay of a
-  CUDA graph -- finds it clean. No second kernel.
-
-* **fp8_ds_mla cache** (the ``FP8_DS_MLA`` constexpr, set from the cache's dtype): each gathered slot's
-  512 fp8 e4m3 bytes, its 4 fp32 scales and its 64 bf16 ``k_rope`` values are loaded, and ``c_kv`` is
-  dequantized in registers (``fp8 * scale`` in fp32, rounded to bf16 for the dots); no dequantized copy
-  of the cache exists. Everything else is the bf16 kernel.
-
-Numerics: fully masked tiles use a zero base instead of ``-inf`` (no ``inf - inf``), a token with no
-valid position gets ``out = 0`` and ``lse = -inf``; padded heads load zero queries and are not stored.
+For query token ``t`` every head attends the (at most) ``K = 2048`` positions the indexer picked in the
+token's request: slot ``[c_kv (512) | k_rope (64)]`` of the bf16 cache `[num_blocks, 64, 576]`, or of the
+uint8 fp8_ds_mla cache `[num_blocks, 64, 656]` (:mod:`sparse_mla.fp8_ds_mla`, dequantized in registers).
+The kernel translates the indices itself, reads each gathered row once for all heads of a token, and
+splits a token's row over several programs whose last one merges the splits (no second kernel);
+docs/triton-kernel.md says how, and what Triton's interpreter (the CPU tests) needs.
 
 CUDA graphs: no host synchronization, no data-dependent shapes; the launch configuration depends on
-``(T, N, SM count, K)`` only. The split-KV workspace (:class:`SplitWorkspace`) belongs to the caller
-(the backend's metadata builder allocates one at its largest size), so its addresses stay fixed between
-capture and replay; see :func:`sparse_mla_attention`. :func:`launch` runs a resolved
-:class:`LaunchPlan` on checked arguments: what the backend calls once per layer.
-
-Triton's interpreter (CPU tests): bf16 ``tl.dot`` is wrong there, so the kernel upcasts its dot
-operands to fp32 under the ``DOT_FP32`` constexpr (:mod:`sparse_mla.kernels.triton_support`); loops
-have constexpr trip counts because the interpreter cannot iterate over runtime bounds. Its fp8 decode
-(a uint8 -> ``tl.float8e4nv`` bitcast, then ``.to(tl.float32)``) is exact for every finite e4m3 code
-(triton 3.6.0, all 254 checked); it reads the NaN codes 0x7F / 0xFF as +-480, which no writer of the
-format produces (both vLLM's and ours saturate to +-448).
-
-Launch configuration: :class:`LaunchConfig` (heads, top-k entries and output columns per program,
-split count, warps, pipeline stages), by default from :func:`default_launch_config`; every field can
-be overridden per call, which is how ``tools/bench.py --sweep`` tunes it.
+``(T, N, SM count, K)`` only, and the split-KV workspace (:class:`SplitWorkspace`) belongs to the caller.
+:func:`sparse_mla_attention` checks and plans one call; :func:`launch` runs a resolved :class:`LaunchPlan`
+on checked arguments (what the Triton route calls once per layer). :class:`LaunchConfig` fields can be
+overridden per call (``tools/bench.py --sweep`` tunes them; :func:`default_launch_config` is the default).
 
 Example
 -------

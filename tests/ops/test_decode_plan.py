@@ -71,7 +71,7 @@ H200_CLUSTERS_PER_WAVE = {16: 45, 32: 15}
 H200_CTAS_PER_WAVE = {(1, 16): 3 * H200_SMS, (1, 32): H200_SMS, (2, 16): 2 * H200_SMS, (2, 32): H200_SMS}
 """The same for one CTA per split by (head tiles, stage size): 16 heads per CTA, 3 CTAs per SM with
 16-position stages, 1 with 32 (shared memory); 32 heads per CTA, 2 and 1 (registers, shared memory;
-the device's count in release 10's split sweeps: 264)."""
+the device's count in the fp8 split sweeps: 264, docs/decode-tuning.md)."""
 
 
 def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):

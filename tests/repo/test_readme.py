@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).parent.parent  # the checkout, or its runfiles tree under Bazel
+ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
 CONSUMER_PREFIX = "examples/consumer/"
 # Under Bazel the consumer workspace's files come through the repository @sparse_mla_example_consumer.
 CONSUMER_REPOSITORY = ROOT.parent / "sparse_mla_example_consumer"

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).parent.parent  # the checkout, or its runfiles tree under Bazel
+ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
 WRAPPER_FILES = ["tools/bazel", "tools/python_env.sh", "tools/ci/requirements.txt", "tools/offline/write_bazelrc.sh"]
 
 STAND_IN_BAZEL = """#!/usr/bin/env bash
