@@ -532,10 +532,10 @@ class SparseMLAMetadataBuilder:
 class SparseMLAImpl:
     """Sparse MLA attention of one layer, on the route its step's metadata carries.
 
-    ``forward`` validates its arguments and calls the route's ``run`` (:mod:`sparse_mla.routes`): on
-    the FA3 route the index conversion into the step's page table, then FA3; on the Triton route the
-    fused kernel of :mod:`sparse_mla.kernels.sparse_mla_attention`, which reads the request-local
-    indices directly.
+    ``forward`` validates its arguments and calls the step's route's ``run`` (:mod:`sparse_mla.routes`):
+    on the decode route our CUDA kernels (:mod:`sparse_mla.ops.decode`) and on the Triton route the fused
+    kernel of :mod:`sparse_mla.kernels.sparse_mla_attention`, both reading the request-local indices
+    directly; on the FA3 route the index conversion into the step's page table, then FA3.
 
     Parameters
     ----------
@@ -688,7 +688,7 @@ class SparseMLAImpl:
             check_topk_indices(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table,
                                kv_cache.shape[0])
         lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=device) if return_lse else None
-        metadata.route.run(q_nope, q_rope, kv_cache, topk_indices, metadata, self.softmax_scale, output, lse)
+        metadata.step.route.run(q_nope, q_rope, kv_cache, topk_indices, metadata, self.softmax_scale, output, lse)
         return (output, lse) if return_lse else output
 
     @staticmethod

@@ -8,8 +8,7 @@ or ``tools/make_routing_table.py`` write it), named by the keys of :data:`sparse
 between measured points takes the entry of the next measured ``N`` and ``T`` at or above it (the largest
 beyond the table). Where the table's route cannot run here (e.g. FA3 without its extension, or not on
 Hopper) or cannot read the step's KV-cache format (``Route.cache_formats``), its ``fallback`` runs instead.
-A grid written by hand before it was measured says so in its provenance (``"note": "not measured yet"``):
-the first fp8_ds_mla grid names Triton everywhere, the only route that read that cache then.
+A grid written by hand before it was measured says so in its provenance (``"note": "not measured yet"``).
 
 The metadata builder asks once per padded ``T`` and keeps the answer (with the rest of the step's
 plan), so a CUDA graph captured for one padded batch size always replays the same kernels; it also
