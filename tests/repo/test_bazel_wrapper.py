@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
-WRAPPER_FILES = ["tools/bazel", "tools/python_env.sh", "tools/ci/requirements.txt", "tools/offline/write_bazelrc.sh"]
+WRAPPER_FILES = [".bazelversion", "tools/bazel", "tools/python_env.sh", "tools/ci/requirements.txt", "tools/offline/write_bazelrc.sh"]
 
 STAND_IN_BAZEL = """#!/usr/bin/env bash
 echo "bazel=$0"
@@ -48,6 +48,7 @@ def _run(checkout, args, offline, extra_env=None, bazel_real=True):
         "HOME": str(checkout.parent),
         "SPARSE_MLA_OFFLINE": offline,
         "PYTHON_BIN_PATH": sys.executable,
+        "SPARSE_MLA_TRUSTSTORE": "",
     }
     if bazel_real:
         env["BAZEL_REAL"] = str(stand_in)
@@ -75,6 +76,43 @@ def test_offline_adds_the_offline_config_after_the_command(checkout, command):
     rc = (checkout / ".bazelrc.offline").read_text()
     expected = f"build:offline --override_repository=rules_cc={checkout.resolve()}/third_party/offline/rules_cc"
     assert expected in rc, f"expected {expected!r} in .bazelrc.offline, got:\n{rc}"
+
+
+def test_offline_config_given_by_hand_is_not_added_again(checkout):
+    args = ["query", "--config=offline", "//x:y"]
+    _, _, passed = _run(checkout, args, offline="1")
+    assert passed == args, "a second --config=offline makes Bazel warn 'configs were expanded more than once'"
+
+
+@pytest.mark.parametrize("command", ["build", "version", "shutdown"])
+def test_trust_store_is_a_startup_option_of_every_command(checkout, tmp_path, command):
+    store = tmp_path / "cacerts"
+    store.write_bytes(b"stand-in keystore")
+    _, _, passed = _run(checkout, ["--batch", command, "//x:y"], offline="1", extra_env={"SPARSE_MLA_TRUSTSTORE": str(store)})
+    offline = ["--config=offline"] if command == "build" else []
+    assert passed == [f"--host_jvm_args=-Djavax.net.ssl.trustStore={store}", "--batch", command, *offline, "//x:y"]
+
+
+def test_missing_trust_store_is_not_passed(checkout, tmp_path):
+    args = ["build", "//x:y"]
+    _, _, passed = _run(checkout, args, offline="0", extra_env={"SPARSE_MLA_TRUSTSTORE": str(tmp_path / "none")})
+    assert passed == args
+
+
+def test_npm_bazel_is_the_one_of_bazelversion(checkout, tmp_path):
+    # No Bazel and no npm on PATH (only what the wrapper needs first): it names the version it would install.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    result = subprocess.run(
+        [str(checkout / "tools" / "bazel"), "version"],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path), "SPARSE_MLA_CACHE": str(tmp_path / "cache")},
+        capture_output=True, text=True, check=False,
+    )
+    version = (ROOT / ".bazelversion").read_text().strip()
+    assert result.returncode == 1
+    assert f"no npm to install Bazel {version} with" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("command", ["version", "shutdown", "info", "help"])

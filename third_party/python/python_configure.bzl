@@ -4,16 +4,13 @@ Environment variables read (declared in `environ`):
   PYTHON_BIN_PATH  the interpreter to use (absolute path). Checked first.
   PATH             searched for `python3` when PYTHON_BIN_PATH is not set.
 Everything else comes from asking that interpreter: PyTorch's headers and libraries and its C++ ABI
-flag. Tests and tools run under this interpreter (tools/testing/python.bzl), so the Python packages
-the library needs (torch, triton, numpy, pytest, absl-py) must be installed for it.
+flag. Our tests and tools run under this interpreter by its path (tools/testing/python.bzl), so the
+Python packages the library needs (torch, triton, numpy, pytest, absl-py) must be installed for it.
+It is no Python toolchain: a monorepo's own py_binary / py_test targets keep their interpreter.
 Generates:
   :torch        cc_library with PyTorch's headers and libraries, and the headers of the CUDA
                 library wheels (nvidia-cublas, nvidia-cusparse, ...) its CUDA headers include.
   :torch_abi    cc_library carrying only PyTorch's _GLIBCXX_USE_CXX11_ABI define.
-  :py_toolchain  Bazel's Python toolchain running this interpreter, so plain py_binary / py_test
-                targets get the interpreter that has PyTorch (register it with
-                sparse_mla_register_toolchains()). On Bazel >= 4.2 the py_test stub's shebang is
-                this interpreter too; older Bazel starts the stub through `#!/usr/bin/env python`.
   interpreter.bzl  PYTHON_INTERPRETER (absolute path) and TORCH_CXX11_ABI.
 """
 
@@ -39,27 +36,7 @@ _TORCH_LIBS = ["libc10.so", "libtorch.so", "libtorch_cpu.so", "libc10_cuda.so", 
 
 _BUILD = """\
 # @sparse_mla_python: Python {python_version} at {interpreter}, PyTorch {torch_version}.
-load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
-
 package(default_visibility = ["//visibility:public"])
-
-# Bazel's Python toolchain for this interpreter (registered by sparse_mla_register_toolchains()).
-py_runtime(
-    name = "py3_runtime",
-    interpreter_path = "{interpreter}",
-    python_version = "PY3",{stub_shebang}
-)
-
-py_runtime_pair(
-    name = "py_runtime_pair",
-    py3_runtime = ":py3_runtime",
-)
-
-toolchain(
-    name = "py_toolchain",
-    toolchain = ":py_runtime_pair",
-    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
-)
 
 # The C++ ABI PyTorch was built with; every C++ and CUDA object linked with it must agree.
 cc_library(
@@ -75,22 +52,6 @@ cc_library(
     deps = [":torch_abi"],
 )
 """
-
-STUB_SHEBANG_MIN_BAZEL = (4, 2)
-"""py_runtime's `stub_shebang` attribute exists from Bazel 4.2.0 on (its CHANGELOG); before, the stub
-of every py_binary / py_test starts with a fixed `#!/usr/bin/env python`."""
-
-def _bazel_version():
-    """`(major, minor)` of the running Bazel, `(0, 0)` when it does not say (a build from source)."""
-    digits = []
-    for part in native.bazel_version.split(".")[:2]:
-        number = ""
-        for char in part.elems():
-            if not char.isdigit():
-                break
-            number += char
-        digits.append(int(number) if number else 0)
-    return tuple(digits + [0] * (2 - len(digits)))
 
 def _fail(message):
     fail("sparse_mla: @sparse_mla_python: " + message)
@@ -129,7 +90,6 @@ def _python_configure_impl(ctx):
         libs = repr(libs),
         nvidia_includes = repr(nvidia_includes),
         abi = info["cxx11_abi"],
-        stub_shebang = "\n    stub_shebang = \"#!%s\"," % interpreter if _bazel_version() >= STUB_SHEBANG_MIN_BAZEL else "",
     ))
     ctx.file("interpreter.bzl", "PYTHON_INTERPRETER = %r\nTORCH_CXX11_ABI = %s\n" % (interpreter, info["cxx11_abi"]))
 

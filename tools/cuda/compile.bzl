@@ -52,7 +52,7 @@ cuda_objects = rule(
             default = "@sparse_mla_cuda//:nvcc",
             executable = True,
             allow_files = True,
-            cfg = "host",
+            cfg = "exec",
             doc = "The nvcc of the configured CUDA toolkit (third_party/cuda).",
         ),
         "nvcc_files": attr.label(default = "@sparse_mla_cuda//:nvcc_files", allow_files = True, doc = "nvcc's own tools, as action inputs."),
