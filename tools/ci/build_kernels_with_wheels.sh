@@ -3,7 +3,9 @@
 # (--repo_env=SPARSE_MLA_CUDA_TOOLKIT=wheels), the local toolkit out of reach: in a private mount
 # namespace (needs root; nothing outside it changes) an empty read-only tmpfs covers the folder
 # /usr/local/cuda resolves to, PATH has no /usr/local/bin, CUDA_HOME and CUDA_PATH are unset, and a
-# Bazel server of its own (own output base) starts inside. Arguments: the targets to build.
+# Bazel server of its own (own output base) starts inside. Its repository cache lies in
+# $SPARSE_MLA_CACHE too, so with a fresh cache (CI) the wheels are downloaded, through the
+# machine's TLS proxy where it has one. Arguments: the targets to build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 [ $# -gt 0 ] || { echo "usage: build_kernels_with_wheels.sh TARGET..." >&2; exit 2; }
@@ -21,8 +23,8 @@ env -u CUDA_HOME -u CUDA_PATH PATH=/usr/bin:/bin LOCAL_CUDA="$local_cuda" \
     exit 1
   fi
   rc=0
-  tools/bazel --output_base="$OUTPUT_BASE" build --repo_env=SPARSE_MLA_CUDA_TOOLKIT=wheels \
-    --//tools/cuda:enable_cuda=true "$@" || rc=$?
+  tools/bazel --output_base="$OUTPUT_BASE" build --repository_cache="$OUTPUT_BASE-repository-cache" \
+    --repo_env=SPARSE_MLA_CUDA_TOOLKIT=wheels --//tools/cuda:enable_cuda=true "$@" || rc=$?
   tools/bazel --output_base="$OUTPUT_BASE" shutdown
   exit $rc
 ' build_kernels_with_wheels.sh "$@"
