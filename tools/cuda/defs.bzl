@@ -1,5 +1,6 @@
 """Public CUDA rules and macros of sparse_mla: load from here, not from the files behind it."""
 
+load("@rules_cc//cc:defs.bzl", "cc_library")
 load("@sparse_mla_bazel_features//:features.bzl", "TARGET_COMPATIBLE_WITH")
 load("//tools/cuda:compile.bzl", "cuda_objects")
 
@@ -22,7 +23,7 @@ def cuda_library(name, srcs, deps = [], defines = [], visibility = None, tags = 
         tags = tags,
         visibility = visibility,
     )
-    native.cc_library(
+    cc_library(
         name = name,
         srcs = [":" + name + "_objects"],
         deps = deps + ["@sparse_mla_cuda//:cudart"],
@@ -55,7 +56,7 @@ def cuda_public_library(name, deps, visibility = ["//visibility:public"]):
                "(the sm90 config of sparse_mla README, Consuming it)' >&2; exit 1") % label,
         tags = ["manual"],
     )
-    native.cc_library(
+    cc_library(
         name = name + "_needs_cuda",
         hdrs = [":" + name + "_needs_cuda_error"],
         tags = ["manual"],
@@ -66,7 +67,7 @@ def cuda_public_library(name, deps, visibility = ["//visibility:public"]):
             "//tools/cuda:cuda_enabled": [],
             "//conditions:default": ["//tools/cuda:built_only_with_config_sm90"],
         })
-    native.cc_library(
+    cc_library(
         name = name,
         deps = select({
             "//tools/cuda:cuda_enabled": deps,
