@@ -1,6 +1,7 @@
 """`version_parse_test`: parse_bazel_version on the version strings Bazel builds report."""
 
 load("//third_party/bazel:bazel_features.bzl", "parse_bazel_version")
+load("//tools/testing:analysis_verdict.bzl", "analysis_verdict")
 
 def _version_parse_test_impl(ctx):
     errors = []
@@ -9,10 +10,7 @@ def _version_parse_test_impl(ctx):
         expected_value = None if expected == "none" else tuple([int(x) for x in expected.split(".")])
         if got != expected_value:
             errors.append("parse_bazel_version(%r) = %r, expected %r" % (version, got, expected_value))
-    script = ctx.actions.declare_file(ctx.label.name + ".sh")
-    lines = ["#!/bin/sh"] + ["echo %r" % ("FAIL: " + e) for e in errors] + ["exit %d" % (1 if errors else 0)]
-    ctx.actions.write(script, "\n".join(lines) + "\n", is_executable = True)
-    return [DefaultInfo(executable = script)]
+    return [analysis_verdict(ctx, errors)]
 
 version_parse_test = rule(
     implementation = _version_parse_test_impl,

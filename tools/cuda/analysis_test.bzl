@@ -7,6 +7,7 @@ wrong and fails.
 
 load("//tools/cuda:flags.bzl", "NVCC_FLAGS")
 load("//tools/cuda:providers.bzl", "CudaCompileInfo")
+load("//tools/testing:analysis_verdict.bzl", "analysis_verdict")
 
 def _contains_sequence(flags, sequence):
     n = len(sequence)
@@ -47,11 +48,7 @@ def _cuda_compile_flags_test_impl(ctx):
     num_objects = len(info.objects.to_list())
     if ctx.attr.expected_num_objects >= 0 and num_objects != ctx.attr.expected_num_objects:
         errors.append("expected %d compile actions (one per source), got %d" % (ctx.attr.expected_num_objects, num_objects))
-    script = ctx.actions.declare_file(ctx.label.name + ".sh")
-    lines = ["#!/bin/sh"] + ["echo %r" % ("FAIL " + str(ctx.attr.target.label) + ": " + e) for e in errors]
-    lines.append("exit %d" % (1 if errors else 0))
-    ctx.actions.write(script, "\n".join(lines) + "\n", is_executable = True)
-    return [DefaultInfo(executable = script)]
+    return [analysis_verdict(ctx, [str(ctx.attr.target.label) + ": " + e for e in errors])]
 
 cuda_compile_flags_test = rule(
     implementation = _cuda_compile_flags_test_impl,
