@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pip package as a user installs it (README, "Calling the backend from Python"): `pip install ./py`
+# The pip package as a user installs it (docs/using.md, "Calling the backend from Python"): `pip install ./py`
 # into a fresh virtual environment made from the system python3, isolated from the interpreter the
 # tests ran under, so every dependency must come from the package's own metadata. Constrained by
 # tools/ci/requirements.txt only to pick the pinned torch and triton CI already has on disk or in pip's
