@@ -58,13 +58,7 @@ struct SparseDecodeParams {
   int num_splits;       // position splits per token
   int positions_per_split;  // multiple of cluster_size * cta_chunk; splits past topk see only invalid entries
   float scale_log2;     // softmax_scale * log2(e)
-  int ablate;           // 0 in production; tools/bench.py --decode_ablate leaves stages out (kAblate*)
 };
-
-// Stages the benchmark can leave out to see what they cost (results are wrong then).
-constexpr int kAblateExchange = 1;  // no cluster merge: each rank takes its own partial 8 times (no-op with one CTA per split)
-constexpr int kAblateGather = 2;    // no cache reads: rows stay as they were in shared memory
-constexpr int kAblateMerge = 4;     // no split merge (first kernel: the last CTA only resets its counter; wide: no merge launch)
 
 // Shared memory one CTA needs for these parameters (dynamic and static), in bytes.
 int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split);

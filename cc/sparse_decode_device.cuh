@@ -220,7 +220,6 @@ __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const 
   if (row >= 0)
     src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
             static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
-  if (p.ablate & kAblateGather) return;
 #pragma unroll
   for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
     cp_async_16(destination(r, part), src + part * 16, row >= 0);

@@ -408,10 +408,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
 #pragma unroll
     for (int q = 0; q < kCluster; ++q) {
       if constexpr (kCluster > 1) {
-        const bool own_only = p.ablate & kAblateExchange;  // benchmark: no distributed shared memory reads
-        const int source = own_only ? rank : q;
-        lse[q] = *cg::this_cluster().map_shared_rank(cta_lse + h, source);
-        x[q] = *reinterpret_cast<const float4*>(cg::this_cluster().map_shared_rank(cta_out + h * kOutStride + col, source));
+        lse[q] = *cg::this_cluster().map_shared_rank(cta_lse + h, q);
+        x[q] = *reinterpret_cast<const float4*>(cg::this_cluster().map_shared_rank(cta_out + h * kOutStride + col, q));
       } else {
         lse[q] = cta_lse[h];
         x[q] = *reinterpret_cast<const float4*>(cta_out + h * kOutStride + col);
@@ -443,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
   }
 
   // 8. Several splits: the last CTA of this rank's columns to arrive merges the splits.
-  if (!arrived_last(p, group_index, rank) || (p.ablate & kAblateMerge)) {
+  if (!arrived_last(p, group_index, rank)) {
     if constexpr (kCluster > 1) cluster_wait();
     return;
   }

@@ -66,8 +66,7 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
          const at::Tensor& topk_indices, const at::Tensor& req_id, const at::Tensor& token_kv_len,
          const at::Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t cta_chunk,
          int64_t cluster_size, int64_t num_splits, int64_t positions_per_split, const at::Tensor& out, const OptionalTensor& lse,
-         const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters,
-         int64_t ablate) {
+         const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters) {
   TORCH_CHECK_VALUE(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got device ",
                     q_nope.device());
   const at::Device device = q_nope.device();
@@ -152,7 +151,6 @@ void fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at::Tensor& k
   p.num_splits = static_cast<int>(num_splits);
   p.positions_per_split = static_cast<int>(positions_per_split);
   p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // log2(e)
-  p.ablate = static_cast<int>(ablate);
   const cudaError_t error = launch_sparse_decode(p, c10::cuda::getCurrentCUDAStream(device.index()).stream());
   check_cuda(error, "decode kernel launch");
 }
@@ -178,7 +176,7 @@ TORCH_LIBRARY(sparse_mla_decode, m) {
       "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int cta_chunk, "
       "int cluster_size, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
-      "Tensor(d!)? partial_lse, Tensor(e!)? counters, int ablate=0) -> ()");
+      "Tensor(d!)? partial_lse, Tensor(e!)? counters) -> ()");
   // No tensor argument: one kernel for every dispatch key, on the current CUDA device.
   m.def(
       "max_active_clusters(int head_tiles, int cta_chunk, int cluster_size, bool kv_fp8, int positions_per_split) "

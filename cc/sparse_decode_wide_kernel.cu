@@ -96,7 +96,7 @@ static_assert(kCtaChunk == 32, "the score product is wgmma m64n32k16");
 // the 64 heads (4 columns a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
 // by load latency, so it is spread wide: with 8 CTAs of 64 columns (4 float4s a thread, 8 splits at
 // once) it took 14.5 of 38 µs at N = 64, T = 8 (16 splits) and 44 of 58 at T = 1 (64 splits) on the
-// H200 (tools/bench.py --decode_ablate=4, results/2026-11-30-h200/release6/README.md). The splits' LSEs
+// H200 (measured with the merge left out, results/2026-11-30-h200/release6/README.md). The splits' LSEs
 // are read from slot 0 of the workspace's kClusterSize slots per split.
 constexpr int kMergeSlices = 32;
 // Splits from which a CTA stores its partial output as bf16 (half the bytes; fp32 below). With many
@@ -621,7 +621,7 @@ cudaError_t launch_with(const SparseDecodeParams& params, cudaStream_t stream) {
   constexpr bool kBf16Partials = std::is_same_v<Partial, __nv_bfloat16>;
   const cudaError_t error = params.kv_fp8 ? WideKernel<true, kBf16Partials>::launch(params, stream)
                                           : WideKernel<false, kBf16Partials>::launch(params, stream);
-  if (error != cudaSuccess || params.num_splits == 1 || (params.ablate & kAblateMerge)) return error;
+  if (error != cudaSuccess || params.num_splits == 1) return error;
   return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(kMergeSlices, count * part.head_groups);

@@ -114,7 +114,6 @@ flags.DEFINE_list("tokens", ["1", "2", "4", "8", "12", "16", "30", "32", "64", "
 flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
 flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
                   "Grid: KV-cache formats each path is timed on where it reads them (bfloat16, fp8_ds_mla).")
-flags.DEFINE_integer("decode_ablate", 0, "Stages the decode path leaves out (1 cluster merge (none with one CTA per split), 2 gather, 4 split merge; wrong results).")
 flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode kernel's plan (8 or 1); default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("decode_cta_chunk", None, "Positions per pipeline stage of a decode CTA (16 or 32); default: the plan's rule.")
 flags.DEFINE_integer("decode_head_tiles", None, "Head tiles of 16 per decode CTA (1, 2, or 4: the wide kernel); default: the plan's rule.")
@@ -316,7 +315,7 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
     b = c.batch
     return lambda: decode.sparse_mla_decode(
         c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len, b.block_table,
-        DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=c.out, _ablate=FLAGS.decode_ablate,
+        DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=c.out,
     )
 
 

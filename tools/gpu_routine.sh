@@ -6,14 +6,13 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [bench] [host_time] [ablate] [decode]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [bench] [host_time] [decode]
 #        [memcheck] [-- extra bench flags]
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
 #   against an FA3 library of an earlier build when FA3's sources have not changed.
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
 #   libs: copies the built op libraries to $OUT/libs (carry them to a later call: SPARSE_MLA_*_LIBRARY).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
-#   ablate: the decode kernel with each stage left out (cluster merge, gather, split merge, all) at N 16/128, T 1/16.
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
 #   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
@@ -103,14 +102,6 @@ for step in "${steps[@]}"; do
       "$bazel" run "${flags[@]}" //tools:bench -- --host_time --out_dir="$out/host" > "$out/host/host_time.log" 2>&1
       echo "host_time: rc=$?" | tee -a "$out/summary.txt"
       grep -A20 "host µs per eager call" "$out/host/host_time.log"
-      ;;
-    ablate)
-      mkdir -p "$out/ablate"
-      for mask in 0 1 2 4 7; do
-        "$bazel" run "${flags[@]}" //tools:bench -- --paths=decode --nocheck --heads=16,128 --tokens=1,16 \
-          --decode_ablate=$mask --out_dir="$out/ablate/mask$mask" > "$out/ablate/mask$mask.log" 2>&1
-        echo "ablate mask $mask: rc=$?"; grep -E "^ +[0-9]+ +\|" "$out/ablate/mask$mask.log"
-      done | tee "$out/ablate/ablate.txt"
       ;;
     decode)
       export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so

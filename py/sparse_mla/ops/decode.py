@@ -440,7 +440,6 @@ def sparse_mla_decode(
     workspace: Optional[DecodeWorkspace],
     out: torch.Tensor,
     lse: Optional[torch.Tensor] = None,
-    _ablate: int = 0,
 ) -> torch.Tensor:
     """Sparse MLA attention of request-local top-k positions, written into ``out`` (one launch; the
     wide kernel with several splits adds one for the split merge).
@@ -472,10 +471,6 @@ def sparse_mla_decode(
         `[T, N, 512]` bf16, written; zero for a token without valid positions.
     lse : torch.Tensor, optional
         `[T, N]` fp32 contiguous: natural-log LSE of the scaled scores, ``-inf`` without valid positions.
-    _ablate : int
-        Benchmark only (``tools/bench.py --decode_ablate``): a mask of stages left out
-        (1 cluster merge, 2 cache gather, 4 split merge; ``kAblate*`` in cc/sparse_decode.h). The
-        output is wrong with any of them.
 
     Returns
     -------
@@ -505,6 +500,5 @@ def sparse_mla_decode(
         q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
         launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits, launch.positions_per_split, out, lse,
         split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
-        _ablate,
     )
     return out
