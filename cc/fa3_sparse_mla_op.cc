@@ -28,20 +28,21 @@ void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at
   TORCH_CHECK_VALUE(q_nope.is_cuda() && q_nope.dim() == 3, "sparse_mla: argument 'q_nope' expected a 3-D CUDA tensor, got ",
                     q_nope.sizes(), " on ", q_nope.device());
   const at::Device device = q_nope.device();
+  const int device_index = device.index();
   const int64_t num_tokens = q_nope.size(0), num_heads = q_nope.size(1);
-  check_tensor("q_nope", q_nope, at::kBFloat16, device, {num_tokens, num_heads, kKvLoraRank});
-  check_tensor("q_rope", q_rope, at::kBFloat16, device, {num_tokens, num_heads, kRopeDim});
-  check_tensor("kv_cache", kv_cache, at::kBFloat16, device, {-1, kBlockSize, kSlotElems});
-  check_tensor("topk_indices", topk_indices, at::kInt, device, {num_tokens, -1});
+  check_tensor("q_nope", q_nope, at::kBFloat16, device_index, {num_tokens, num_heads, kKvLoraRank});
+  check_tensor("q_rope", q_rope, at::kBFloat16, device_index, {num_tokens, num_heads, kRopeDim});
+  check_tensor("kv_cache", kv_cache, at::kBFloat16, device_index, {-1, kBlockSize, kSlotElems});
+  check_tensor("topk_indices", topk_indices, at::kInt, device_index, {num_tokens, -1});
   const int64_t topk = topk_indices.size(1);
-  check_tensor("req_id", req_id, at::kInt, device, {num_tokens});
-  check_tensor("token_kv_len", token_kv_len, at::kInt, device, {num_tokens});
-  check_tensor("block_table", block_table, at::kInt, device, {-1, -1});
-  check_tensor("page_table", page_table, at::kInt, device, {num_tokens, topk});
-  check_tensor("cache_seqlens", cache_seqlens, at::kInt, device, {num_tokens});
-  check_tensor("cu_seqlens_q", cu_seqlens_q, at::kInt, device, {num_tokens + 1});
-  check_tensor("out", out, at::kBFloat16, device, {num_tokens, num_heads, kKvLoraRank});
-  if (lse.has_value()) check_tensor("lse", *lse, at::kFloat, device, {num_tokens, num_heads});
+  check_tensor("req_id", req_id, at::kInt, device_index, {num_tokens});
+  check_tensor("token_kv_len", token_kv_len, at::kInt, device_index, {num_tokens});
+  check_tensor("block_table", block_table, at::kInt, device_index, {-1, -1});
+  check_tensor("page_table", page_table, at::kInt, device_index, {num_tokens, topk});
+  check_tensor("cache_seqlens", cache_seqlens, at::kInt, device_index, {num_tokens});
+  check_tensor("cu_seqlens_q", cu_seqlens_q, at::kInt, device_index, {num_tokens + 1});
+  check_tensor("out", out, at::kBFloat16, device_index, {num_tokens, num_heads, kKvLoraRank});
+  if (lse.has_value()) check_tensor("lse", *lse, at::kFloat, device_index, {num_tokens, num_heads});
   const int64_t num_blocks = kv_cache.size(0), block_stride = kv_cache.stride(0);
   TORCH_CHECK_VALUE(kv_cache.stride(1) == kSlotElems && block_stride % kSlotElems == 0 &&
                         block_stride >= kBlockSize * kSlotElems,

@@ -9,9 +9,15 @@ Python packages the library needs (torch, triton, numpy, pytest, absl-py) must b
 It is no Python toolchain: a monorepo's own py_binary / py_test targets keep their interpreter.
 Generates:
   :torch        cc_library with PyTorch's headers and libraries, and the headers of the CUDA
-                library wheels (nvidia-cublas, nvidia-cusparse, ...) its CUDA headers include.
+                library wheels (nvidia-cublas, nvidia-cusparse, ...) its CUDA headers include; code
+                compiled with it runs only in this PyTorch version, under TORCH_CXX_STD.
+  :torch_stable  cc_library for code built against PyTorch's stable ABI (torch/csrc/stable,
+                torch/headeronly): the headers, and libtorch.so / libtorch_cpu.so (the C shim; the
+                former pulls in libtorch_cuda.so where PyTorch has CUDA), so one build loads in every
+                PyTorch from the version it targets (TORCH_TARGET_VERSION) on.
   :torch_abi    cc_library carrying only PyTorch's _GLIBCXX_USE_CXX11_ABI define.
-  interpreter.bzl  PYTHON_INTERPRETER (absolute path) and TORCH_CXX11_ABI.
+  interpreter.bzl  PYTHON_INTERPRETER (absolute path), TORCH_CXX11_ABI, TORCH_VERSION ("2.13") and
+                TORCH_CXX_STD (the -std= its ATen/c10 headers need: c++20 from PyTorch 2.14 on).
 """
 
 # Prints one `key=value` per line (Bazel 2.x Starlark has no JSON decoder).
@@ -51,7 +57,23 @@ cc_library(
     includes = ["torch/include", "torch/include/torch/csrc/api/include"] + {nvidia_includes},
     deps = [":torch_abi"],
 )
+
+cc_library(
+    name = "torch_stable",
+    srcs = ["torch/lib/libtorch.so", "torch/lib/libtorch_cpu.so"],
+    hdrs = glob(["torch/include/torch/csrc/stable/**/*.h", "torch/include/torch/csrc/inductor/aoti_torch/c/*.h",
+                 "torch/include/torch/headeronly/**/*.h"]),
+    includes = ["torch/include"],
+)
 """
+
+CXX20_MIN_TORCH = (2, 14)
+"""From PyTorch 2.14 on, ATen's and c10's headers stop with `#error C++20 or later ... is required`."""
+
+def _major_minor(version):
+    """`(major, minor)` of a version string such as "2.14.1+cu130"."""
+    parts = version.split(".")
+    return (int(parts[0]), int(parts[1]))
 
 def _fail(message):
     fail("sparse_mla: @sparse_mla_python: " + message)
@@ -91,7 +113,14 @@ def _python_configure_impl(ctx):
         nvidia_includes = repr(nvidia_includes),
         abi = info["cxx11_abi"],
     ))
-    ctx.file("interpreter.bzl", "PYTHON_INTERPRETER = %r\nTORCH_CXX11_ABI = %s\n" % (interpreter, info["cxx11_abi"]))
+    torch_version = _major_minor(info["torch_version"])
+    ctx.file("interpreter.bzl", "\n".join([
+        "PYTHON_INTERPRETER = %r" % interpreter,
+        "TORCH_CXX11_ABI = %s" % info["cxx11_abi"],
+        "TORCH_VERSION = %r" % ("%d.%d" % torch_version),
+        "TORCH_CXX_STD = %r" % ("c++20" if torch_version >= CXX20_MIN_TORCH else "c++17"),
+        "",
+    ]))
 
 python_configure = repository_rule(
     implementation = _python_configure_impl,

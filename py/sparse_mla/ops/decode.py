@@ -12,7 +12,8 @@ the splits (the wide kernel: a second launch, 32 CTAs per token and head group).
 for all of them. The kernel files' headers say how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
-this package in the runfiles); outside Bazel, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
+this package in the runfiles, or in the installed wheel) against PyTorch's stable ABI: one build
+loads in every torch from 2.11 on. Elsewhere, point ``SPARSE_MLA_DECODE_LIBRARY`` at it.
 
 Example
 -------
@@ -481,9 +482,10 @@ def sparse_mla_decode(
     ------
     RuntimeError
         The op library is not available here (the reason is in the message).
-    TypeError, ValueError
+    ValueError
         A tensor's dtype, shape, device, strides or alignment, the plan or the workspace size is
-        wrong (checked in the op, before any launch; the message names the argument).
+        wrong (checked in the op, before any launch; the message names the argument). A wrong dtype
+        is a ValueError too: an op of PyTorch's stable ABI can raise no TypeError.
     """
     availability = is_available()
     if not availability:

@@ -2,8 +2,9 @@
 the torch ops ``sparse_mla_fa3::sparse_mla_fwd`` (one layer) and ``::get_scheduler_metadata`` (once per step).
 
 The op library is built by Bazel (``bazel build //py:sparse_mla --config=sm90`` puts
-``cc/libsparse_mla_fa3.so`` beside this package in the runfiles); outside Bazel, point
-``SPARSE_MLA_FA3_LIBRARY`` at the built ``libsparse_mla_fa3.so``.
+``cc/libsparse_mla_fa3.so`` beside this package in the runfiles) against the interpreter's torch
+version only (FA3's host API takes ``at::Tensor``); the wheel carries it per torch version
+(:mod:`sparse_mla.ops.library`). Outside both, point ``SPARSE_MLA_FA3_LIBRARY`` at the built library.
 
 Sparse MLA maps onto FA3's paged-KV decode: ``q`` = q_rope, ``qv`` = q_nope, ``k_cache`` = k_rope
 and ``v_cache`` = c_kv viewed as pages of one slot, ``page_table`` = each token's global slot ids
@@ -49,7 +50,7 @@ def is_available() -> Availability:
         Truthy when usable; otherwise ``reason`` says why: no CUDA device, not Hopper, the
         extension was not built (or not found), or it failed to load.
     """
-    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, "sparse_mla_fa3", _register_fake)
+    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, "sparse_mla_fa3", _register_fake, torch_bound=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -241,8 +242,9 @@ def sparse_mla_layer(
     ------
     RuntimeError
         FA3 is not available here (the reason is in the message) or FA3 rejects the arguments.
-    TypeError, ValueError
-        A tensor's dtype, shape, device or strides is wrong (checked in the op before any launch).
+    ValueError
+        A tensor's dtype, shape, device or strides is wrong (checked in the op before any launch, by
+        the checks it shares with the stable-ABI ops, which raise no TypeError).
     """
     availability = is_available()
     if not availability:

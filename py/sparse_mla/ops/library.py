@@ -1,7 +1,10 @@
 """Finding and loading the project's torch op libraries (FA3, the decode kernel) once per process.
 
 Each library is built by Bazel under ``--config=sm90`` and lands beside the ``sparse_mla`` package in
-the runfiles (``cc/<name>``); outside Bazel an environment variable names its path.
+the runfiles (``cc/<name>``). The wheel (``tools/build_wheel.sh``) carries them in the package:
+``sparse_mla/<name>`` for a library of PyTorch's stable ABI (the decode library: one build for every
+supported torch) and ``sparse_mla/torch<major.minor>/<name>`` for one built for a single torch
+version (FA3). An environment variable naming a path overrides both.
 """
 
 import dataclasses
@@ -26,8 +29,15 @@ class Availability:
         return self.ok
 
 
-def library_path(name: str, env: str) -> Optional[Path]:
-    """Where the library ``name`` is: ``$env``, else beside the package (Bazel runfiles), else None.
+TORCH_SERIES = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+"""This PyTorch's ``major.minor``: the folder of the wheel's libraries built for one torch version."""
+
+_PACKAGE_DIR = Path(os.path.abspath(__file__)).parent.parent
+
+
+def library_path(name: str, env: str, torch_bound: bool = False) -> Optional[Path]:
+    """Where the library ``name`` is: ``$env``, else in the installed package (for a ``torch_bound``
+    library, the build for this torch's version), else beside the package (Bazel runfiles), else None.
 
     Paths are not resolved: Bazel's runfiles are symlinks into the source tree, where no build
     output lives.
@@ -35,15 +45,31 @@ def library_path(name: str, env: str) -> Optional[Path]:
     override = os.environ.get(env)
     if override:
         return Path(override)
-    package_dir = Path(os.path.abspath(__file__)).parent.parent
-    for candidate in (package_dir / name, package_dir.parent.parent / "cc" / name):
+    candidates = [_PACKAGE_DIR / name, _PACKAGE_DIR.parent.parent / "cc" / name]
+    if torch_bound:
+        candidates.insert(0, _PACKAGE_DIR / f"torch{TORCH_SERIES}" / name)
+    for candidate in candidates:
         if candidate.exists():
             return candidate
     return None
 
 
-def load_op_library(name: str, env: str, namespace: str, register_fake: Callable[[], None]) -> Availability:
+def _not_found_reason(name: str, env: str, torch_bound: bool) -> str:
+    """Why ``name`` was not found: not built, or (``torch_bound``) built for other torch versions only."""
+    others = sorted(p.parent.name[len("torch"):] for p in _PACKAGE_DIR.glob(f"torch*/{name}"))
+    if torch_bound and others:
+        return (f"{name} is installed for torch {', '.join(others)} only, this is torch {torch.__version__} "
+                "(it is built against one torch version's C++ API); rebuild the wheel with this torch or set " + env)
+    return f"{name} is not built: run 'bazel build //py:sparse_mla --config=sm90' or set {env}"
+
+
+def load_op_library(
+    name: str, env: str, namespace: str, register_fake: Callable[[], None], torch_bound: bool = False
+) -> Availability:
     """Load library ``name`` (ops in ``torch.ops.<namespace>``) if the current device can run it.
+
+    ``torch_bound``: the library is built against one torch version's C++ API (not the stable ABI),
+    so the installed package holds it per torch version (:func:`library_path`).
 
     Returns
     -------
@@ -56,9 +82,9 @@ def load_op_library(name: str, env: str, namespace: str, register_fake: Callable
     major, minor = torch.cuda.get_device_capability()
     if major != REQUIRED_MAJOR_CAPABILITY:
         return Availability(False, f"{name} is built for sm_90a and needs compute capability 9.x, got {major}.{minor}")
-    path = library_path(name, env)
+    path = library_path(name, env, torch_bound)
     if path is None:
-        return Availability(False, f"{name} is not built: run 'bazel build //py:sparse_mla --config=sm90' or set {env}")
+        return Availability(False, _not_found_reason(name, env, torch_bound))
     try:
         torch.ops.load_library(str(path))
     except (OSError, RuntimeError) as error:

@@ -45,8 +45,9 @@ def token_metadata(
 
     Raises
     ------
-    TypeError, ValueError
-        A tensor's dtype, shape or device, or the sizes, are wrong (checked in the op before the launch).
+    ValueError
+        A tensor's dtype, shape or device, or the sizes, are wrong (checked in the op before the launch;
+        a stable-ABI op raises no TypeError).
     """
     torch.ops.sparse_mla_decode.token_metadata(query_start_loc, seq_lens, num_tokens, end, index_topk, req_id,
                                                token_kv_len, kv_len_bound)
