@@ -6,12 +6,15 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [bench] [host_time] [decode]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [bench] [host_time] [decode]
 #        [memcheck] [-- extra bench flags]
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
 #   against an FA3 library of an earlier build when FA3's sources have not changed.
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
 #   libs: copies the built op libraries to $OUT/libs (carry them to a later call: SPARSE_MLA_*_LIBRARY).
+#   wheel: tools/build_wheel.py --fa3 into $OUT/wheel (the stable-ABI decode library, FA3 for this torch),
+#   installed into a fresh virtual environment over this machine's torch; then the GPU suite against the
+#   installed package (from outside the checkout), and //tests/... with the wheel's libraries.
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -86,6 +89,25 @@ for step in "${steps[@]}"; do
       ;;
     libs)
       mkdir -p "$out/libs" && cp -f bazel-bin/cc/libsparse_mla_*.so "$out/libs/" && ls -la "$out/libs" | tee -a "$out/summary.txt"
+      ;;
+    wheel)
+      rm -rf "$out/wheel" && mkdir -p "$out/wheel"
+      python3 tools/build_wheel.py --fa3 --bazel "$bazel" --out "$out/wheel" -- "${flags[@]}" > "$out/wheel/build.log" 2>&1
+      rc=$?
+      wheel=$(tail -1 "$out/wheel/build.log")
+      echo "wheel: rc=$rc $wheel" | tee -a "$out/summary.txt"
+      venv=$out/wheel/venv
+      python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install --no-deps --no-index "$wheel" | tail -1
+      package=$("$venv/bin/python" -c 'import os, sparse_mla; print(os.path.dirname(sparse_mla.__file__))')
+      series=$("$venv/bin/python" -c 'from sparse_mla.ops.library import TORCH_SERIES; print(TORCH_SERIES)')
+      (cd "$out/wheel" && env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY "$venv/bin/python" -m pytest -q \
+        "$OLDPWD"/tests/test_*_gpu.py > "$out/wheel/gpu_tests.log" 2>&1)
+      echo "wheel GPU suite (sparse_mla from $package): $(tail -1 "$out/wheel/gpu_tests.log")" | tee -a "$out/summary.txt"
+      "$bazel" test "${flags[@]}" --test_env=SPARSE_MLA_DECODE_LIBRARY="$package/libsparse_mla_decode.so" \
+        --test_env=SPARSE_MLA_FA3_LIBRARY="$package/torch$series/libsparse_mla_fa3.so" //tests/... > "$out/wheel/bazel_test.log" 2>&1
+      rc2=$?
+      echo "wheel //tests/...: rc=$rc2 $(grep -E 'Executed' "$out/wheel/bazel_test.log" | tail -1)" | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] && [ "$rc2" -eq 0 ] && grep -qE " passed" "$out/wheel/gpu_tests.log" && ! grep -qE "[0-9]+ failed" "$out/wheel/gpu_tests.log" || status=1
       ;;
     bench)
       mkdir -p "$out/bench"
