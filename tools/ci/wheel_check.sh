@@ -10,7 +10,8 @@
 #      it. vLLM 0.33.0 pins torch==2.14.0, so it is installed without dependencies and then its
 #      declared dependencies, less the torch family and the GPU kernel packages (none of which the
 #      modules under test import), under a constraint that keeps torch 2.14.1.
-# Prints the seconds of each phase. Usage: tools/ci/wheel_check.sh
+# Prints the seconds of each phase. Usage: tools/ci/wheel_check.sh [WHEEL]
+# WHEEL: check that wheel instead of building one (e.g. the H200's, built with FA3 against torch 2.11).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 work=$(mktemp -d)
@@ -24,8 +25,12 @@ pip_install() {
 phase() { echo "wheel_check: $1: $((SECONDS - start)) s"; start=$SECONDS; }
 start=$SECONDS
 
-wheel=$(python3 "$root/tools/build_wheel.py" --out "$work/dist" | tail -1)
-phase "wheel built ($wheel)"
+if [ $# -gt 0 ]; then
+  wheel=$(realpath "$1")
+else
+  wheel=$(python3 "$root/tools/build_wheel.py" --out "$work/dist" | tail -1)
+  phase "wheel built ($wheel)"
+fi
 
 rc=0
 for torch_spec in torch==2.14.1 torch==2.13.0; do
