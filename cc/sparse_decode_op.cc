@@ -32,7 +32,7 @@ void check_workspace(const char* name, const OptionalTensor& t, ScalarType dtype
   SPARSE_MLA_CHECK_ARG(t.has_value(), "sparse_mla: argument '", name, "' is required when num_splits > 1");
   check_tensor(name, *t, dtype, device, {-1});
   SPARSE_MLA_CHECK_ARG(t->numel() >= min_numel, "sparse_mla: argument '", name, "' expected at least ", min_numel,
-                    " elements, got ", t->numel());
+                       " elements, got ", t->numel());
 }
 
 // Heads per CTA (16 head_tiles: 16, 32, or 64 on the wide kernel, which has one stage size and one CTA
@@ -40,19 +40,20 @@ void check_workspace(const char* name, const OptionalTensor& t, ScalarType dtype
 // positions: its CTAs' whole stages.
 void check_launch_shape(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t positions_per_split) {
   SPARSE_MLA_CHECK_ARG(head_tiles == 1 || head_tiles == 2 || head_tiles == wide::kHeadTiles,
-                    "sparse_mla: argument 'head_tiles' expected 1, 2 or ", wide::kHeadTiles, ", got ", head_tiles);
-  SPARSE_MLA_CHECK_ARG(cta_chunk == 16 || cta_chunk == 32, "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ",
-                    cta_chunk);
-  SPARSE_MLA_CHECK_ARG(cluster_size == kClusterSize || cluster_size == 1, "sparse_mla: argument 'cluster_size' expected ",
-                    kClusterSize, " or 1, got ", cluster_size);
-  SPARSE_MLA_CHECK_ARG(head_tiles != wide::kHeadTiles || (cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster),
-                    "sparse_mla: head_tiles=", head_tiles, " expected cta_chunk=", wide::kCtaChunk, " and cluster_size=",
-                    wide::kCluster, ", got cta_chunk=", cta_chunk, " and cluster_size=", cluster_size);
+                       "sparse_mla: argument 'head_tiles' expected 1, 2 or ", wide::kHeadTiles, ", got ", head_tiles);
+  SPARSE_MLA_CHECK_ARG(cta_chunk == 16 || cta_chunk == 32,
+                       "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ", cta_chunk);
+  SPARSE_MLA_CHECK_ARG(cluster_size == kClusterSize || cluster_size == 1,
+                       "sparse_mla: argument 'cluster_size' expected ", kClusterSize, " or 1, got ", cluster_size);
+  SPARSE_MLA_CHECK_ARG(
+      head_tiles != wide::kHeadTiles || (cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster),
+      "sparse_mla: head_tiles=", head_tiles, " expected cta_chunk=", wide::kCtaChunk, " and cluster_size=",
+      wide::kCluster, ", got cta_chunk=", cta_chunk, " and cluster_size=", cluster_size);
   const int64_t granule = cluster_size * cta_chunk;
   SPARSE_MLA_CHECK_ARG(positions_per_split > 0 && positions_per_split % granule == 0 &&
-                        positions_per_split <= kMaxPositionsPerSplit,
-                    "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", granule,
-                    " (cluster_size * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+                           positions_per_split <= kMaxPositionsPerSplit,
+                       "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", granule,
+                       " (cluster_size * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
 }
 
 // The opt-in shared-memory limit per block of CUDA device `index`, asked once per device.
@@ -68,9 +69,10 @@ int max_shared_memory_per_block(int index) {
 }
 
 void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, const Tensor& topk_indices,
-         const Tensor& req_id, const Tensor& token_kv_len, const Tensor& block_table, double softmax_scale, int64_t head_tiles, int64_t cta_chunk,
-         int64_t cluster_size, int64_t num_splits, int64_t positions_per_split, const Tensor& out, const OptionalTensor& lse,
-         const OptionalTensor& partial_out, const OptionalTensor& partial_lse, const OptionalTensor& counters) {
+         const Tensor& req_id, const Tensor& token_kv_len, const Tensor& block_table, double softmax_scale,
+         int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t num_splits, int64_t positions_per_split,
+         const Tensor& out, const OptionalTensor& lse, const OptionalTensor& partial_out,
+         const OptionalTensor& partial_lse, const OptionalTensor& counters) {
   SPARSE_MLA_CHECK_ARG(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got ",
                        format_device(q_nope));
   const int device = q_nope.get_device();
@@ -78,7 +80,7 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   const int64_t num_heads = q_nope.dim() == 3 ? q_nope.size(1) : -1;
   check_tensor("q_nope", q_nope, ScalarType::BFloat16, device, {-1, -1, kKvLoraRank});
   SPARSE_MLA_CHECK_ARG(1 <= num_heads && num_heads <= kMaxHeads, "sparse_mla: argument 'q_nope' expected 1..",
-                    kMaxHeads, " heads, got shape ", format_ints(q_nope.sizes()));
+                       kMaxHeads, " heads, got shape ", format_ints(q_nope.sizes()));
   check_tensor("q_rope", q_rope, ScalarType::BFloat16, device, {num_tokens, num_heads, kRopeDim});
   // The cache's dtype names its format: bf16 [num_blocks, 64, 576] or uint8 fp8_ds_mla [num_blocks, 64, 656].
   const bool kv_fp8 = kv_cache.scalar_type() == ScalarType::Byte;
@@ -100,20 +102,22 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   }
   const int64_t num_blocks = kv_cache.size(0), topk = topk_indices.size(1);
   SPARSE_MLA_CHECK_ARG(num_blocks * kBlockSize <= INT32_MAX, "sparse_mla: argument 'kv_cache' expected at most ",
-                    INT32_MAX / kBlockSize, " blocks, got ", num_blocks);
+                       INT32_MAX / kBlockSize, " blocks, got ", num_blocks);
   SPARSE_MLA_CHECK_ARG(topk >= 1, "sparse_mla: argument 'topk_indices' expected at least one column, got shape ",
                        format_ints(topk_indices.sizes()));
   SPARSE_MLA_CHECK_ARG(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",
-                    kMaxSplits, ", got ", num_splits);
+                       kMaxSplits, ", got ", num_splits);
   check_launch_shape(head_tiles, cta_chunk, cluster_size, positions_per_split);
   SPARSE_MLA_CHECK_ARG(num_splits * positions_per_split >= topk, "sparse_mla: num_splits * positions_per_split = ",
-                    num_splits * positions_per_split, " expected to cover topk = ", topk);
+                       num_splits * positions_per_split, " expected to cover topk = ", topk);
   const int64_t heads_per_cta = kHeadTileRows * head_tiles;
   const int64_t head_groups = (num_heads + heads_per_cta - 1) / heads_per_cta;
   if (num_splits > 1) {
     const int64_t groups = num_tokens * head_groups;
-    check_workspace("partial_out", partial_out, ScalarType::Float, device, groups * num_splits * heads_per_cta * kKvLoraRank);
-    check_workspace("partial_lse", partial_lse, ScalarType::Float, device, groups * num_splits * kClusterSize * heads_per_cta);
+    check_workspace("partial_out", partial_out, ScalarType::Float, device,
+                    groups * num_splits * heads_per_cta * kKvLoraRank);
+    check_workspace("partial_lse", partial_lse, ScalarType::Float, device,
+                    groups * num_splits * kClusterSize * heads_per_cta);
     check_workspace("counters", counters, ScalarType::Int, device, groups * kClusterSize);
   }
   if (num_tokens == 0) return;
@@ -123,8 +127,8 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
                                          static_cast<int>(cluster_size), static_cast<int>(positions_per_split));
   SPARSE_MLA_CHECK_ARG(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
-                    " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
-                    positions_per_split, "; this device allows ", max_shared);
+                       " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
+                       positions_per_split, "; this device allows ", max_shared);
 
   SparseDecodeParams p{};
   p.q_nope = q_nope.data_ptr();
