@@ -100,8 +100,9 @@ for step in "${steps[@]}"; do
       python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install --no-deps --no-index "$wheel" | tail -1
       package=$("$venv/bin/python" -c 'import os, sparse_mla; print(os.path.dirname(sparse_mla.__file__))')
       series=$("$venv/bin/python" -c 'from sparse_mla.ops.library import TORCH_SERIES; print(TORCH_SERIES)')
-      (cd "$out/wheel" && env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY "$venv/bin/python" -m pytest -q \
-        "$OLDPWD"/tests/test_*_gpu.py > "$out/wheel/gpu_tests.log" 2>&1)
+      (cd "$out/wheel" && env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY PYTHONPATH="$OLDPWD/tests" \
+        "$venv/bin/python" -m pytest -q \
+        "$OLDPWD"/tests/*/test_*_gpu.py > "$out/wheel/gpu_tests.log" 2>&1)
       echo "wheel GPU suite (sparse_mla from $package): $(tail -1 "$out/wheel/gpu_tests.log")" | tee -a "$out/summary.txt"
       "$bazel" test "${flags[@]}" --test_env=SPARSE_MLA_DECODE_LIBRARY="$package/libsparse_mla_decode.so" \
         --test_env=SPARSE_MLA_FA3_LIBRARY="$package/torch$series/libsparse_mla_fa3.so" //tests/... > "$out/wheel/bazel_test.log" 2>&1

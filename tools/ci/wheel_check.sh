@@ -6,10 +6,11 @@
 #      disk), `pip install <wheel>` next to that torch, then tools/ci/check_wheel.py: the library is
 #      found in the installed package, uses only the stable ABI, loads, and registers every op of
 #      its sources with that schema.
-#   3. vLLM 0.33.0 from PyPI in the torch 2.14 environment, and tests/test_vllm_signatures.py against
-#      it. vLLM 0.33.0 pins torch==2.14.0, so it is installed without dependencies and then its
-#      declared dependencies, less the torch family and the GPU kernel packages (none of which the
-#      modules under test import), under a constraint that keeps torch 2.14.1.
+#   3. vLLM 0.33.0 from PyPI in the torch 2.14 environment, and
+#      tests/vllm_adapter/test_vllm_signatures.py against it. vLLM 0.33.0 pins torch==2.14.0, so it is
+#      installed without dependencies and then its declared dependencies, less the torch family and the
+#      GPU kernel packages (none of which the modules under test import), under a constraint that keeps
+#      torch 2.14.1.
 # Prints the seconds of each phase. Usage: tools/ci/wheel_check.sh [WHEEL]
 # WHEEL: check that wheel instead of building one (e.g. the H200's, built with FA3 against torch 2.11).
 set -euo pipefail
@@ -68,7 +69,7 @@ PY
 echo "torch==2.14.1" > "$work/keep_torch.txt"
 pip_install "$venv/bin/pip" install -c "$work/keep_torch.txt" -r "$work/vllm_requirements.txt" pytest
 phase "vllm==0.33.0 installed"
-(cd "$work" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/test_vllm_signatures.py") || rc=1
+(cd "$work" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/vllm_adapter/test_vllm_signatures.py") || rc=1
 "$venv/bin/python" -c "import torch, vllm; print('wheel_check: vLLM', vllm.__version__, 'on torch', torch.__version__)"
-phase "tests/test_vllm_signatures.py against vLLM 0.33.0"
+phase "tests/vllm_adapter/test_vllm_signatures.py against vLLM 0.33.0"
 exit $rc
