@@ -6,7 +6,7 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [bench] [host_time] [decode]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [host_time] [decode]
 #        [memcheck] [-- extra bench flags]
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
 #   against an FA3 library of an earlier build when FA3's sources have not changed.
@@ -16,6 +16,8 @@
 #   installed into a fresh virtual environment over this machine's torch; then the GPU suite against the
 #   installed package (from outside the checkout), and a byte comparison of its libraries with bazel-bin's
 #   (those the test step's //tests/... ran against).
+#   ab: the routed forward of an earlier tree and its libraries (.device/old/{py,tools}, .device/libs_before)
+#   against this tree's, alternating twice, both cache formats; new / old per cell (tools/ab_compare.py).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -121,6 +123,24 @@ for step in "${steps[@]}"; do
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    ab)
+      # Routed forward of an earlier tree (.device/old/{py,tools}) with its libraries (.device/libs_before)
+      # against this tree's (after build), alternating twice; tools/ab_compare.py prints new / old per cell.
+      mkdir -p "$out/ab"
+      cells=(--paths=routed --heads=16,64,128 --tokens=1,8,128,512 --replays=20 --nocheck)
+      for round in 1 2; do
+        SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_before/libsparse_mla_decode.so \
+          SPARSE_MLA_FA3_LIBRARY=$PWD/.device/libs_before/libsparse_mla_fa3.so PYTHONPATH=.device/old/py \
+          python3 .device/old/tools/bench.py "${cells[@]}" --git_revision=old --out_dir="$out/ab/old.$round" \
+          > "$out/ab/old.$round.log" 2>&1 || status=1
+        SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so \
+          SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so PYTHONPATH=py:tests \
+          python3 tools/bench.py "${cells[@]}" --out_dir="$out/ab/new.$round" > "$out/ab/new.$round.log" 2>&1 || status=1
+      done
+      python3 tools/ab_compare.py "$out/ab/old.1/bench.csv,$out/ab/old.2/bench.csv" \
+        "$out/ab/new.1/bench.csv,$out/ab/new.2/bench.csv" | tee "$out/ab/compare.txt"
+      echo "ab: rc=${PIPESTATUS[0]}" | tee -a "$out/summary.txt"
       ;;
     host_time)
       mkdir -p "$out/host"
