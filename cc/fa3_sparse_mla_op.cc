@@ -24,7 +24,8 @@ void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at
                     const at::Tensor& block_table, const at::Tensor& page_table, const at::Tensor& cache_seqlens,
                     const at::Tensor& cu_seqlens_q, const std::optional<at::Tensor>& scheduler_metadata,
                     int64_t num_splits, double softmax_scale, const at::Tensor& out,
-                    const std::optional<at::Tensor>& lse) {
+                    const std::optional<at::Tensor>& lse, const std::optional<at::Tensor>& topk_length,
+                    int64_t dcp_rank, int64_t dcp_world_size, int64_t dcp_interleave) {
   TORCH_CHECK_VALUE(q_nope.is_cuda() && q_nope.dim() == 3, "sparse_mla: argument 'q_nope' expected a 3-D CUDA tensor, got ",
                     q_nope.sizes(), " on ", q_nope.device());
   const at::Device device = q_nope.device();
@@ -43,6 +44,8 @@ void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at
   check_tensor("cu_seqlens_q", cu_seqlens_q, at::kInt, device_index, {num_tokens + 1});
   check_tensor("out", out, at::kBFloat16, device_index, {num_tokens, num_heads, kKvLoraRank});
   if (lse.has_value()) check_tensor("lse", *lse, at::kFloat, device_index, {num_tokens, num_heads});
+  const int32_t* row_lengths = checked_topk_length(topk_length, num_tokens, device_index);
+  const DcpShard dcp = checked_dcp_shard(dcp_rank, dcp_world_size, dcp_interleave);
   const int64_t num_blocks = kv_cache.size(0), block_stride = kv_cache.stride(0);
   TORCH_CHECK_VALUE(kv_cache.stride(1) == kSlotElems && block_stride % kSlotElems == 0 &&
                         block_stride >= kBlockSize * kSlotElems,
@@ -56,7 +59,7 @@ void sparse_mla_fwd(const at::Tensor& q_nope, const at::Tensor& q_rope, const at
 
   const c10::cuda::CUDAGuard guard(device);
   TopkToSlotsParams p{};
-  fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table);
+  fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table, row_lengths, dcp);
   p.num_reqs = static_cast<int>(block_table.size(0));
   p.num_blocks = static_cast<int>(num_blocks);
   p.block_stride_rows = static_cast<int>(block_stride_rows);
@@ -89,7 +92,8 @@ TORCH_LIBRARY_FRAGMENT(sparse_mla_fa3, m) {
       "sparse_mla_fwd(Tensor q_nope, Tensor q_rope, Tensor kv_cache, Tensor topk_indices, Tensor req_id, "
       "Tensor token_kv_len, Tensor block_table, Tensor(a!) page_table, Tensor(b!) cache_seqlens, "
       "Tensor cu_seqlens_q, Tensor? scheduler_metadata, int num_splits, float softmax_scale, Tensor(c!) out, "
-      "Tensor(d!)? lse) -> ()");
+      "Tensor(d!)? lse, Tensor? topk_length=None, int dcp_rank=0, int dcp_world_size=1, int dcp_interleave=1) "
+      "-> ()");
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla_fa3, CUDA, m) { m.impl("sparse_mla_fwd", TORCH_FN(sparse_mla::sparse_mla_fwd)); }

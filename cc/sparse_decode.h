@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "cc/mla_layout.h"
+#include "cc/topk_filter.h"
 
 namespace sparse_mla {
 namespace decode {
@@ -40,6 +41,8 @@ struct SparseDecodeParams {
   const int32_t* block_table;   // [num_reqs, max_blocks_per_req]
   int64_t block_table_stride;
   int max_blocks_per_req;
+  const int32_t* topk_length;   // [T] entries of each row to read (columns past it are -1), or nullptr
+  DcpShard dcp;                 // the shard of the cache this rank holds (positions are global)
   // Output [T, N, 512] bf16 (last dimension contiguous) and optional LSE [T, N] fp32 (natural log).
   void* out;
   int64_t out_token_stride, out_head_stride;

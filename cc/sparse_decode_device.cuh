@@ -169,15 +169,17 @@ struct CtaWork {
 
 // Positions [begin, begin + count) of `token`'s top-k row -> global slot rows (rows[i], -1 = masked),
 // by the kBlockThreads threads running it (the CTA's, or one warpgroup's: consecutive threads), kUnroll
-// independent loads in flight. Position p of request req_id[t] lives in block block_table[req, p / 64],
-// slot p % 64; -1, p >= token_kv_len[t], p past the block table and block ids outside
-// [0, num_blocks) are masked.
+// independent loads in flight. Position p of request req_id[t], mapped to the rank's local position l
+// (cc/topk_filter.h), lives in block block_table[req, l / 64], slot l % 64; -1, columns past the row's
+// topk_length, p >= token_kv_len[t], positions of other DCP ranks, l past the block table and block
+// ids outside [0, num_blocks) are masked.
 template <int kBlockThreads = kThreads>
 __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p, int token, int begin, int count,
                                                     int* rows) {
   constexpr int kUnroll = 4;
   const int tid = threadIdx.x % kBlockThreads;
   const int kv_len = p.token_kv_len[token];
+  const int length = row_length(p.topk_length, token, p.topk);
   const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
   const int32_t* block_row = p.block_table + static_cast<int64_t>(p.req_id[token]) * p.block_table_stride;
   for (int base = 0; base < count; base += kBlockThreads * kUnroll) {
@@ -189,7 +191,9 @@ __device__ __forceinline__ void translate_positions(const SparseDecodeParams& p,
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const bool valid = position[u] >= 0 && position[u] < kv_len && position[u] / kBlockSize < p.max_blocks_per_req;
+      const int j = begin + base + u * kBlockThreads + tid;
+      position[u] = attended_local_position(p.dcp, position[u], j, length, kv_len);
+      const bool valid = position[u] >= 0 && position[u] / kBlockSize < p.max_blocks_per_req;
       block_id[u] = valid ? __ldg(block_row + position[u] / kBlockSize) : -1;
     }
 #pragma unroll
@@ -335,6 +339,7 @@ inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, in
   part.topk_indices = p.topk_indices + t * p.topk_token_stride;
   part.req_id = p.req_id + t;
   part.token_kv_len = p.token_kv_len + t;
+  if (p.topk_length != nullptr) part.topk_length = p.topk_length + t;
   part.out = static_cast<__nv_bfloat16*>(p.out) + t * p.out_token_stride;
   if (p.lse != nullptr) part.lse = p.lse + t * p.num_heads;
   if (p.num_splits > 1) {

@@ -72,7 +72,8 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
          const Tensor& req_id, const Tensor& token_kv_len, const Tensor& block_table, double softmax_scale,
          int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t num_splits, int64_t positions_per_split,
          const Tensor& out, const OptionalTensor& lse, const OptionalTensor& partial_out,
-         const OptionalTensor& partial_lse, const OptionalTensor& counters) {
+         const OptionalTensor& partial_lse, const OptionalTensor& counters, const OptionalTensor& topk_length,
+         int64_t dcp_rank, int64_t dcp_world_size, int64_t dcp_interleave) {
   SPARSE_MLA_CHECK_ARG(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got ",
                        format_device(q_nope));
   const int device = q_nope.get_device();
@@ -90,6 +91,8 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   check_tensor("req_id", req_id, ScalarType::Int, device, {num_tokens});
   check_tensor("token_kv_len", token_kv_len, ScalarType::Int, device, {num_tokens});
   check_tensor("block_table", block_table, ScalarType::Int, device, {-1, -1});
+  const int32_t* row_lengths = checked_topk_length(topk_length, num_tokens, device);
+  const DcpShard dcp = checked_dcp_shard(dcp_rank, dcp_world_size, dcp_interleave);
   check_tensor("out", out, ScalarType::BFloat16, device, {num_tokens, num_heads, kKvLoraRank});
   check_alignment("q_nope", q_nope, 4);
   check_alignment("q_rope", q_rope, 4);
@@ -142,7 +145,7 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   p.kv_slot_stride = kv_cache.stride(1);
   p.kv_fp8 = kv_fp8 ? 1 : 0;
   p.num_blocks = static_cast<int>(num_blocks);
-  fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table);
+  fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table, row_lengths, dcp);
   p.out = out.data_ptr();
   p.out_token_stride = out.stride(0);
   p.out_head_stride = out.stride(1);
@@ -184,7 +187,8 @@ STABLE_TORCH_LIBRARY(sparse_mla_decode, m) {
       "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int cta_chunk, "
       "int cluster_size, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
-      "Tensor(d!)? partial_lse, Tensor(e!)? counters) -> ()");
+      "Tensor(d!)? partial_lse, Tensor(e!)? counters, Tensor? topk_length=None, int dcp_rank=0, "
+      "int dcp_world_size=1, int dcp_interleave=1) -> ()");
   m.def(
       "max_active_clusters(int head_tiles, int cta_chunk, int cluster_size, bool kv_fp8, int positions_per_split) "
       "-> int");

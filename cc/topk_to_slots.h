@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cc/topk_filter.h"
+
 namespace sparse_mla {
 
 struct TopkToSlotsParams {
@@ -17,6 +19,8 @@ struct TopkToSlotsParams {
   const int32_t* block_table;   // [num_reqs, max_blocks], unit last stride
   int64_t block_table_stride;
   int num_reqs, max_blocks_per_req;
+  const int32_t* topk_length;   // [T] entries of each row to read (columns past it are -1), or nullptr
+  DcpShard dcp;                 // the shard of the cache this rank holds (positions are global)
   int num_blocks;               // blocks in the cache
   int block_stride_rows;        // slots from one block to the next in the flat slot view (64 if contiguous)
   int32_t* slot_ids;            // [T, topk] out: valid slot ids in their original order, then 0

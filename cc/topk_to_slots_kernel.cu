@@ -1,8 +1,9 @@
 // Request-local top-k positions -> global slot ids, valid ids first (stable), one CTA per token.
 //
-// Position p of token t is valid when 0 <= p < token_kv_len[t], req_id[t] is a row of the block table,
-// p / 64 is a column of it and the block id b found there lies in [0, num_blocks); its slot id is
-// b * block_stride_rows + p % 64 (the row of the flat slot view FA3's page-size-1 caches are cut from).
+// Position p at column j of token t is valid when 0 <= p < token_kv_len[t], j < topk_length[t] (when
+// given), this DCP rank owns p (cc/topk_filter.h: then l is its rank-local position, else l = p),
+// req_id[t] is a row of the block table, l / 64 is a column of it and the block id b found there lies in
+// [0, num_blocks); its slot id is b * block_stride_rows + l % 64 (the row of the flat slot view FA3's page-size-1 caches are cut from).
 // Each thread takes kPerThread consecutive entries of a tile of the row; a block-wide exclusive scan of
 // the per-thread valid counts gives every valid entry its place, so the order of the row is kept. The
 // tail of the row is zeroed and the count written, exactly as sparse_mla.reference.topk_to_slots_reference.
@@ -21,6 +22,7 @@ __global__ void __launch_bounds__(kThreads) topk_to_slots_kernel(const TopkToSlo
   __shared__ int warp_totals[kWarps];
   const int token = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kv_len = p.token_kv_len[token];
+  const int length = row_length(p.topk_length, token, p.topk);
   const int req = p.req_id[token];
   const bool req_ok = req >= 0 && req < p.num_reqs;
   const int32_t* index_row = p.topk_indices + token * p.topk_token_stride;
@@ -38,8 +40,8 @@ __global__ void __launch_bounds__(kThreads) topk_to_slots_kernel(const TopkToSlo
     }
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      const int pos = position[i];
-      const bool in_table = req_ok && pos >= 0 && pos < kv_len && pos / kBlockSize < p.max_blocks_per_req;
+      const int pos = attended_local_position(p.dcp, position[i], base + tid * kPerThread + i, length, kv_len);
+      const bool in_table = req_ok && pos >= 0 && pos / kBlockSize < p.max_blocks_per_req;
       const int block_id = in_table ? __ldg(block_row + pos / kBlockSize) : -1;
       slot[i] = block_id >= 0 && block_id < p.num_blocks ? block_id * p.block_stride_rows + pos % kBlockSize : -1;
       count += slot[i] >= 0;

@@ -9,7 +9,8 @@ the float32 oracle. Modules: ``backend`` (the API), ``routing`` and ``routes`` (
 step), ``ops.decode`` (our CUDA decode kernels), ``ops.fa3`` (SGLang's FA3 with our index conversion),
 ``ops.token_metadata`` (the builder's per-token kernel), ``kernels`` (Triton: KV-cache writer, fused
 sparse attention), ``kv_cache_format`` and ``fp8_ds_mla`` (the bf16 and fp8 caches), ``reference``,
-``constants``, ``checks``.
+``constants``, ``checks``, ``topk_filter`` (top-k row lengths and the DCP shard every route applies),
+``merge`` (the cross-rank (out, LSE) merge of decode context parallelism).
 """
 
 import importlib
@@ -22,6 +23,8 @@ _EXPORTS = {
     "CommonAttentionMetadata": "sparse_mla.common_metadata",
     "DEEPSEEK_V32_SOFTMAX_SCALE": "sparse_mla.constants",
     "write_kv": "sparse_mla.kernels.kv_cache_writer",
+    "merge_attention_states": "sparse_mla.merge",
+    "DcpShard": "sparse_mla.topk_filter",
     "global_slot_ids_reference": "sparse_mla.reference",
     "sparse_mla_reference": "sparse_mla.reference",
 }

@@ -47,6 +47,7 @@ from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import max_default_shared_memory_bytes
 from sparse_mla.ops import decode, fa3, token_metadata
 from sparse_mla.routes import ROUTES, PreparedStep, Route, RoutePlan, RouteWorkspace, StepContext
+from sparse_mla.topk_filter import DcpShard, check_topk_length, rows_to_check
 
 MIN_TRITON_COMPUTE_CAPABILITY = (8, 0)
 """The fused Triton kernel's bf16 ``tl.dot`` needs tensor cores with bf16 inputs: Ampere or newer."""
@@ -181,6 +182,7 @@ class SparseMLABackend:
         use_sparse: bool = True,
         device_capability: Optional[Tuple[int, int]] = None,
         attn_type: str = "decoder",
+        use_dcp: bool = False,
         **features: object,
     ) -> List[str]:
         """Every reason this configuration is not served; empty when it is.
@@ -203,6 +205,8 @@ class SparseMLABackend:
             batches run on the Triton kernel.
         attn_type : str
             ``"decoder"`` only (vLLM's ``AttentionType.DECODER`` equals it).
+        use_dcp : bool
+            Decode context parallelism: served (the builder's ``dcp_*`` arguments, the LSE of ``forward``).
         **features
             Further feature flags by name (an engine adapter passes its selector's, less the ones it
             serves: :mod:`sparse_mla_vllm.backend`); each truthy one is a reason.
@@ -212,6 +216,7 @@ class SparseMLABackend:
         list of str
             One reason per unserved feature, device reasons last.
         """
+        del use_dcp  # served on every route
         reasons = []
         if head_size not in cls.get_supported_head_sizes():
             reasons.append(f"head size {head_size} not supported (expected one of {cls.get_supported_head_sizes()})")
@@ -268,7 +273,7 @@ class SparseMLAMetadata:
     """One step's attention metadata and plan; every tensor is a view of the builder's persistent buffers.
 
     Token ``t`` attends the slots its top-k row selects among the positions ``< token_kv_len[t]`` of
-    request ``req_id[t]``. Padding tokens have ``req_id`` 0, ``token_kv_len`` 0 (no valid position)
+    request ``req_id[t]`` (under DCP: those of them this rank stores, :mod:`sparse_mla.topk_filter`). Padding tokens have ``req_id`` 0, ``token_kv_len`` 0 (no valid position)
     and ``kv_len_bound`` 1. ``step`` (the route, its plan and workspace) and ``prepared`` are decided in
     :meth:`SparseMLAMetadataBuilder.build` and only read by :meth:`SparseMLAImpl.forward`.
     """
@@ -284,6 +289,7 @@ class SparseMLAMetadata:
     token_kv_len: torch.Tensor  # [T] int32 causal length: positions the token may attend
     kv_len_bound: torch.Tensor  # [T] int32 max(1, min(token_kv_len, topk)): bound of the attended keys
     cu_seqlens_q: torch.Tensor  # [T + 1] int32 = 0..T, every token its own query "sequence"
+    dcp: DcpShard  # this rank's shard of the cache (the builder's); positions and token_kv_len are global
     step: StepPlan  # the route, plan and workspace of every step of this T
     prepared: PreparedStep = None  # step.route.prepare of this step (FA3: page-table views, scheduler metadata)
 
@@ -331,11 +337,18 @@ class SparseMLAMetadataBuilder:
     kv_cache_dtype : str, optional
         The cache format the layers read, as :class:`SparseMLAImpl` takes it (``"auto"``, ``"bfloat16"`` or
         ``"fp8_ds_mla"``; ``None`` = ``"auto"``): only routes that read it are chosen (``Route.cache_formats``).
+    dcp_rank, dcp_world_size, dcp_interleave : int
+        Decode context parallelism (:class:`sparse_mla.topk_filter.DcpShard`): this rank of
+        ``dcp_world_size`` holds global position ``p`` when ``(p // dcp_interleave) % dcp_world_size ==
+        dcp_rank``, at rank-local position ``(p // (dcp_world_size * dcp_interleave)) * dcp_interleave + p %
+        dcp_interleave`` of its block table. The step's ``seq_lens`` and the top-k positions stay global;
+        every route attends only this rank's positions, so ``forward(..., return_lse=True)`` gives the
+        ``(out, lse)`` to merge across ranks (:func:`sparse_mla.merge.merge_attention_states`). Default: no DCP.
 
     Raises
     ------
     ValueError
-        ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
+        A ``dcp_*`` argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
         [1, :data:`sparse_mla.ops.decode.MAX_TOPK`], an unknown ``route`` or
         ``kv_cache_dtype``, or a ``route`` that cannot read the ``kv_cache_dtype`` cache.
     """
@@ -349,7 +362,11 @@ class SparseMLAMetadataBuilder:
         *,
         route: Optional[str] = None,
         kv_cache_dtype: Optional[str] = "auto",
+        dcp_rank: int = 0,
+        dcp_world_size: int = 1,
+        dcp_interleave: int = 1,
     ):
+        self.dcp = DcpShard(dcp_rank, dcp_world_size, dcp_interleave)
         if max_num_batched_tokens < 1:
             raise ValueError(
                 f"sparse_mla: argument 'max_num_batched_tokens' expected >= 1, got {max_num_batched_tokens}"
@@ -496,6 +513,7 @@ class SparseMLAMetadataBuilder:
             token_kv_len=step.token_kv_len,
             kv_len_bound=step.kv_len_bound,
             cu_seqlens_q=step.cu_seqlens_q,
+            dcp=self.dcp,
             step=step,
         )
         metadata.prepared = step.route.prepare(step.plan, step.workspace, metadata)
@@ -613,6 +631,7 @@ class SparseMLAImpl:
         topk_indices: torch.Tensor,
         output: Optional[torch.Tensor] = None,
         return_lse: bool = False,
+        topk_length: Optional[torch.Tensor] = None,
     ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """Attend each query token to the cache slots its top-k row selects.
 
@@ -633,11 +652,15 @@ class SparseMLAImpl:
         attn_metadata : SparseMLAMetadata
             From :meth:`SparseMLAMetadataBuilder.build` for this step, planned for this layer's ``N``.
         topk_indices : torch.Tensor
-            `[T, topk]` int32 request-local positions, ``-1`` = none, anywhere in the row.
+            `[T, topk]` int32 request-local positions, ``-1`` = none, anywhere in the row (global positions
+            under DCP: each rank attends those it stores).
         output : torch.Tensor, optional
             `[T, N, 512]` bf16, written in place and returned.
         return_lse : bool
             Also return the log-sum-exp of the scaled scores.
+        topk_length : torch.Tensor, optional
+            `[T]` int32 on the metadata's device: entries at columns ``>= topk_length[t]`` count as ``-1``
+            (the same result as writing ``-1`` there); read on the device (no host sync, graph safe).
 
         Returns
         -------
@@ -677,6 +700,7 @@ class SparseMLAImpl:
                 f"planned for {metadata.kv_cache_format!r}; give the metadata builder kv_cache_dtype={fmt.name!r}"
             )
         _check_fast("topk_indices", topk_indices, (num_tokens, metadata.index_topk), torch.int32, device)
+        check_topk_length(topk_length, num_tokens, device)
         if output is None:
             output = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=device)
         else:
@@ -685,10 +709,12 @@ class SparseMLAImpl:
             check_unit_last_stride(name, tensor)  # other strides are free: vLLM's transposed ql_nope view
         check_kv_cache_slot_strides("kv_cache", kv_cache)  # every route: FA3 needs a whole-slot block stride
         if self.check_indices:
-            check_topk_indices(topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table,
+            rows = rows_to_check(topk_indices, metadata.token_kv_len, topk_length, metadata.dcp)
+            check_topk_indices(rows, metadata.req_id, metadata.token_kv_len, metadata.block_table,
                                kv_cache.shape[0])
         lse = torch.empty(num_tokens, num_heads, dtype=torch.float32, device=device) if return_lse else None
-        metadata.step.route.run(q_nope, q_rope, kv_cache, topk_indices, metadata, self.softmax_scale, output, lse)
+        metadata.step.route.run(q_nope, q_rope, kv_cache, topk_indices, metadata, self.softmax_scale, output, lse,
+                                topk_length)
         return (output, lse) if return_lse else output
 
     @staticmethod

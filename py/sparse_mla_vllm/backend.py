@@ -14,6 +14,13 @@ FlashMLASparse (``flashmla_sparse.py``) are the in-tree backends this one stands
 
 Every token runs on the top-k path (no dense-MHA prefill): the metadata reports all tokens as decode
 tokens and no prefill, so the layer hands the whole batch to :meth:`SparseMLAVllmImpl.forward_mqa`.
+
+Decode context parallelism (``--decode-context-parallel-size``): the DeepSeek-V3.2 layer all-gathers the
+queries of the DCP group along the heads, the indexer's rows hold global positions, and each rank's block
+table maps its own shard (``cp_kv_cache_interleave_size``); ``forward_mqa`` returns ``(out, lse)`` `[T, N * W]`
+(natural log, ``lse_base_on_e``) for vLLM's ``cp_lse_ag_out_rs``. The rank, world size and interleave are
+vLLM's (``get_dcp_world_size_and_rank``, ``ParallelConfig``), given to the builder as
+:class:`sparse_mla.topk_filter.DcpShard`.
 """
 
 import dataclasses
@@ -41,7 +48,8 @@ SERVED_ENGINE_FEATURES = frozenset({"use_kv_connector", "use_adaptive_verificati
 blocks between engines; adaptive verification trims speculative drafts on the device, and the builder reads
 only the device-side query offsets. The selector's other flags (``use_mm_prefix``,
 ``use_per_head_quant_scales``, ``has_sliding_window``, ``use_non_causal``, ``use_batch_invariant``,
-``use_pcp``, ``use_dcp``, ``use_rswa``) are each a reason when set."""
+``use_pcp``, ``use_rswa``) are each a reason when set; ``use_dcp`` is served (judged by
+:meth:`sparse_mla.backend.SparseMLABackend.validate_configuration`)."""
 
 
 class SparseMLAVllmBackend(SparseMLABackend, AttentionBackend):
@@ -125,13 +133,28 @@ def _additional_config(vllm_config: Any) -> dict:
     return config if isinstance(config, dict) else {}
 
 
+def dcp_of(vllm_config: Any) -> Tuple[int, int, int]:
+    """``(rank, world_size, interleave)`` of this process's DCP group, as vLLM 0.33.0's
+    ``AttentionImplBase.__new__`` finds them (``get_dcp_world_size_and_rank``, enabled when
+    ``parallel_config.decode_context_parallel_size > 1``) and ``parallel_config.cp_kv_cache_interleave_size``."""
+    from vllm.distributed.parallel_state import get_dcp_world_size_and_rank
+
+    parallel_config = vllm_config.parallel_config
+    enabled = getattr(parallel_config, "decode_context_parallel_size", 1) > 1
+    world_size, rank = get_dcp_world_size_and_rank(enabled)
+    interleave = getattr(parallel_config, "cp_kv_cache_interleave_size", 1) if world_size > 1 else 1
+    return rank, world_size, interleave
+
+
 class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBuilder):
     """:class:`~sparse_mla.backend.SparseMLAMetadataBuilder` with vLLM's constructor and CUDA-graph claim.
 
     ``UNIFORM_BATCH``: full CUDA graphs of decode and speculative-decode batches (the build reads only
     device tensors and the padded token count); mixed batches run piecewise, as FlashAttnMLASparse's.
     The cache format comes from ``kv_cache_spec.cache_dtype_str`` (vLLM's ``--kv-cache-dtype``; ``None`` =
-    ``"auto"``), so that only routes that read it are chosen.
+    ``"auto"``), so that only routes that read it are chosen. Under DCP the steps are planned for the
+    gathered heads (``N * W``: the layer all-gathers the queries of the DCP group) and this rank's shard
+    (:func:`dcp_of`); any query lengths are served (``supports_dcp_with_varlen``: no batch reordering).
 
     Raises
     ------
@@ -140,23 +163,31 @@ class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBu
     """
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+    supports_dcp_with_varlen: ClassVar[bool] = True  # every token is filtered alone: speculative and mixed steps too
 
     def __init__(self, kv_cache_spec: Any, layer_names: List[str], vllm_config: Any, device: torch.device):
         if kv_cache_spec.block_size != KV_BLOCK_SIZE:
             raise ValueError(
                 f"sparse_mla: argument 'kv_cache_spec.block_size' expected {KV_BLOCK_SIZE}, got {kv_cache_spec.block_size}"
             )
+        dcp_rank, dcp_world_size, dcp_interleave = dcp_of(vllm_config)
         SparseMLAMetadataBuilder.__init__(
             self,
             vllm_config.scheduler_config.max_num_batched_tokens,
             device,
-            # Heads of this rank, as vLLM's FlashMLASparse builder asks (vllm 0.33.0, flashmla_sparse.py).
-            vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config),
+            # Heads of this rank, as vLLM's FlashMLASparse builder asks (vllm 0.33.0, flashmla_sparse.py),
+            # times the DCP ranks whose queries the layer gathers.
+            vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config) * dcp_world_size,
             index_topk=vllm_config.model_config.hf_text_config.index_topk,
             route=_additional_config(vllm_config).get(ROUTE_OVERRIDE_KEY),
             kv_cache_dtype=kv_cache_spec.cache_dtype_str,
+            dcp_rank=dcp_rank,
+            dcp_world_size=dcp_world_size,
+            dcp_interleave=dcp_interleave,
         )
         AttentionMetadataBuilder.__init__(self, kv_cache_spec, layer_names, vllm_config, device)
+        self._init_reorder_batch_threshold(self.reorder_batch_threshold,
+                                           supports_dcp_with_varlen=self.supports_dcp_with_varlen)
 
     def build(self, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False) -> SparseMLAVllmMetadata:
         """Our metadata from vLLM's ``CommonAttentionMetadata`` (same field names), every token a decode token."""
@@ -179,12 +210,14 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
 
     The top-k rows come from the indexer's ``topk_indices_buffer`` (read through the indexer on every call,
     as vLLM's ``SharedTopkIndicesBuffer`` does: a draft model's indexers are repointed after construction).
-    vLLM writes the cache itself (the inherited ``do_kv_cache_update``).
+    vLLM writes the cache itself (the inherited ``do_kv_cache_update``). Under DCP (``dcp_world_size > 1``,
+    set by vLLM's ``AttentionImplBase.__new__``, which then sets ``need_to_return_lse_for_decode`` from
+    ``can_return_lse_for_decode``) the layer runs ``N * W`` gathered heads and ``forward_mqa`` returns the LSE.
 
     Raises
     ------
     NotImplementedError
-        Decode context parallelism, query head padding, or a feature :class:`SparseMLAImpl` rejects.
+        Query head padding, or a feature :class:`SparseMLAImpl` rejects.
     ValueError
         Latent or rotary width other than 512 / 64, or neither an indexer nor a top-k buffer.
     """
@@ -192,6 +225,8 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
     is_sparse: ClassVar[bool] = True
     supports_dense_mha_prefill = False  # every token on the top-k path
     supports_pcp = False
+    supports_dcp = True  # each rank attends its shard (sparse_mla.topk_filter) and returns the LSE
+    can_return_lse_for_decode = True  # [T, N * W] fp32, natural log (lse_base_on_e)
 
     def __init__(
         self,
@@ -224,12 +259,10 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
             )
         if q_pad_num_heads not in (None, num_heads):
             raise NotImplementedError(f"sparse_mla: query head padding (q_pad_num_heads={q_pad_num_heads}) is not supported")
-        if self.dcp_world_size > 1:  # set by vLLM's AttentionImplBase.__new__
-            raise NotImplementedError(f"sparse_mla: decode context parallelism (size {self.dcp_world_size}) is not supported")
         if indexer is None and topk_indices_buffer is None:
             raise ValueError("sparse_mla: sparse MLA needs an 'indexer' or a 'topk_indices_buffer', got neither")
         super().__init__(
-            num_heads,
+            num_heads * self.dcp_world_size,  # the DCP group's gathered heads (dcp_world_size: vLLM's __new__)
             scale,
             head_size=head_size,
             num_kv_heads=num_kv_heads,
@@ -265,14 +298,14 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
         kv_c_and_k_pe_cache: torch.Tensor,
         attn_metadata: SparseMLAVllmMetadata,
         layer: Any,
-    ) -> Tuple[torch.Tensor, None]:
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Sparse attention of every token of the step, on vLLM's tensors as they come.
 
         Parameters
         ----------
         q : torch.Tensor or pair of torch.Tensor
             ``(ql_nope [T, N, 512], q_pe [T, N, 64])`` bf16 (``ql_nope`` may be a transposed view) or one
-            `[T, N, 576]` tensor.
+            `[T, N, 576]` tensor; under DCP ``N`` counts the gathered heads of the group.
         kv_c_and_k_pe_cache : torch.Tensor
             `[num_blocks, 64, 576]` bf16, or `[num_blocks, 64, 656]` uint8 with ``kv_cache_dtype="fp8_ds_mla"``;
             block stride a whole number of slots (vLLM may pad it).
@@ -284,7 +317,8 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
         Returns
         -------
         tuple
-            ``(out [T, N, 512] bf16, None)``: no LSE (no decode context parallelism).
+            ``(out [T, N, 512] bf16, None)``; under DCP ``(out, lse [T, N] fp32)``, the natural-log LSE of this
+            rank's keys (``-inf`` where it holds none of a row), for vLLM's cross-rank merge.
 
         Raises
         ------
@@ -297,4 +331,6 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
                 f"sparse_mla: argument 'q' expected {attn_metadata.num_actual_tokens} tokens (the step's), got {num_tokens}"
             )
         topk_indices = self.topk_indices_buffer[:num_tokens]
+        if self.need_to_return_lse_for_decode:
+            return self.forward(q, kv_c_and_k_pe_cache, attn_metadata.core, topk_indices, return_lse=True)
         return self.forward(q, kv_c_and_k_pe_cache, attn_metadata.core, topk_indices), None

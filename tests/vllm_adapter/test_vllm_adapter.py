@@ -15,6 +15,9 @@ import vllm_adapter_steps as steps
 import sparse_mla_testing as testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
 from sparse_mla.kernels.triton_support import interpreting
+from sparse_mla.merge import merge_attention_states
+from sparse_mla.topk_filter import DcpShard
+from sparse_mla_testing.dcp import shard_cache
 import sparse_mla_vllm
 from sparse_mla_vllm.backend import SparseMLAVllmBackend, SparseMLAVllmImpl
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -70,8 +73,8 @@ def test_backend_answers_vllm():
         assert (reasons == []) == served, f"block size {block_size}: reasons {reasons}"
     config.update(block_size=64, use_dcp=True, kv_cache_dtype="fp8")
     reasons = SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **config)
-    assert reasons == ["KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16', 'fp8_ds_mla'])",
-                       "use_dcp not supported"], reasons
+    assert reasons == ["KV cache dtype 'fp8' not supported (expected one of ['auto', 'bfloat16', 'fp8_ds_mla'])"], reasons
+    assert SparseMLAVllmBackend.supports_dcp()
 
 
 def test_validate_configuration_takes_vllm_selector_arguments():
@@ -85,8 +88,7 @@ def test_validate_configuration_takes_vllm_selector_arguments():
     assert SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **selector_config) == []
     selector_config.update(use_dcp=True, has_sliding_window=True, attn_type="encoder")
     reasons = SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **selector_config)
-    assert reasons == ["attention type 'encoder' not supported (decoder only)", "has_sliding_window not supported",
-                       "use_dcp not supported"], reasons
+    assert reasons == ["attention type 'encoder' not supported (decoder only)", "has_sliding_window not supported"], reasons
 
 
 def _impl_kwargs(**changes):
@@ -123,3 +125,39 @@ def test_impl_takes_vllm_attributes_and_rejects_a_split_batch():
     metadata = engine.builder.build(0, step.common)
     with pytest.raises(ValueError, match="argument 'q' expected 3 tokens \\(the step's\\), got 2"):
         engine.impl.forward_mqa((step.ql_nope[:2], step.q_pe[:2]), engine.kv_cache, metadata, None)
+
+
+def test_dcp_wiring_follows_vllm_config():
+    with steps.dcp_group(4, 3):
+        impl = SparseMLAVllmImpl(**_impl_kwargs(num_heads=8))
+    assert (impl.dcp_world_size, impl.dcp_rank, impl.num_heads) == (4, 3, 32)  # the group's gathered heads
+    assert impl.need_to_return_lse_for_decode and impl.lse_base_on_e
+    engine = steps.make_engine(8, 4, max_num_batched_tokens=8, device=CPU, dcp_world_size=4, dcp_rank=3,
+                               dcp_interleave=16)
+    assert engine.builder.dcp == DcpShard(3, 4, 16) and engine.builder.num_heads == 32
+    assert engine.builder.reorder_batch_threshold is None  # supports_dcp_with_varlen: no reordering
+    single = steps.make_engine(8, 4, max_num_batched_tokens=8, device=CPU)
+    assert single.builder.dcp == DcpShard() and single.builder.num_heads == 8 and not single.impl.need_to_return_lse_for_decode
+
+
+@pytest.mark.skipif(not interpreting(), reason="runs the Triton kernel in the interpreter (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("world_size, interleave, kv_cache_dtype", [(2, 1, "bfloat16"), (4, 64, "fp8_ds_mla")])
+def test_forward_mqa_under_dcp_merges_to_the_reference(world_size, interleave, kv_cache_dtype):
+    """vLLM's DCP decode on the stand-in: each rank's engine on its shard, the merge as cp_lse_ag_out_rs does it."""
+    local_heads = NUM_HEADS // world_size
+    gen = testing.make_generator(CPU, seed=world_size)
+    full = steps.make_engine(NUM_HEADS, NUM_BLOCKS * 4, max_num_batched_tokens=16, device=CPU,
+                             kv_cache_dtype=kv_cache_dtype)
+    step = steps.make_step(full, [700, 90], [1, 3], 6, gen, NUM_HEADS)  # queries of the gathered heads
+    shards = shard_cache(full.kv_cache, step.batch.block_table, step.batch.seq_lens, world_size, interleave, gen)
+    results = []
+    for shard in shards:
+        engine = steps.make_engine(local_heads, 4, max_num_batched_tokens=16, device=CPU, kv_cache_dtype=kv_cache_dtype,
+                                   dcp_world_size=world_size, dcp_rank=shard.dcp.rank, dcp_interleave=interleave)
+        engine.indexer.topk_indices_buffer.copy_(full.indexer.topk_indices_buffer)  # the global rows
+        results.append(steps.forward_dcp(engine, step, shard.kv_cache, shard.block_table))
+    out, _ = merge_attention_states(*(torch.stack(parts) for parts in zip(*results)))
+    ref = steps.reference_out(full, step)
+    rel = testing.relative_error(out, ref)
+    assert rel < MAX_REL_ERR, f"relative error {rel:.2e} expected < {MAX_REL_ERR}"
+    assert (out[step.batch.num_tokens:] == 0).all(), "padding tokens expected out 0"

@@ -18,6 +18,7 @@ VLLM_0_33_0 = {
     ("vllm/v1/attention/backend.py", "AttentionBackend", "get_supported_kernel_block_sizes"): ["kv_cache_spec"],
     ("vllm/v1/attention/backend.py", "AttentionBackend", "customize_spec"): ["spec"],
     ("vllm/v1/attention/backend.py", "AttentionBackend", "supports_compute_capability"): ["capability"],
+    ("vllm/v1/attention/backend.py", "AttentionBackend", "supports_dcp"): [],
     ("vllm/v1/attention/backend.py", "AttentionBackend", "validate_configuration"): [
         "head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse", "use_mm_prefix",
         "use_per_head_quant_scales", "device_capability", "attn_type", "has_sliding_window", "use_non_causal",
@@ -37,6 +38,9 @@ VLLM_0_33_0 = {
     ("vllm/v1/attention/backend.py", "MLAAttentionImpl", "do_kv_cache_update"):
         ["kv_c_normed", "k_pe", "kv_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "skip_scale"],
     ("vllm/v1/attention/backend.py", "AttentionImplBase", "prepare_for_batch"): ["attn_metadata"],
+    ("vllm/v1/attention/backend.py", "AttentionMetadataBuilder", "_init_reorder_batch_threshold"):
+        ["reorder_batch_threshold", "supports_spec_as_decode", "supports_dcp_with_varlen"],
+    ("vllm/distributed/parallel_state.py", "", "get_dcp_world_size_and_rank"): ["enabled"],
     ("vllm/v1/attention/backends/registry.py", "AttentionBackendEnum", "register"): ["name", "value"],
     ("vllm/v1/attention/backends/registry.py", "", "register_backend"): ["backend", "class_path", "is_mamba"],
 }
@@ -116,3 +120,45 @@ def test_adapter_takes_installed_vllm_calls(vllm):
     reasons = SparseMLAVllmBackend.validate_configuration(device_capability=DeviceCapability(9, 0),
                                                          **selector_config._asdict())
     assert reasons == [], f"vLLM {version}'s selector call expected no reasons, got {reasons}"
+
+
+def test_adapter_serves_dcp_in_installed_vllm(vllm, monkeypatch):
+    """The DCP wiring on the installed vLLM's own classes: the backend's answer, the selector call, and the
+    impl and builder constructed as rank 1 of a DCP group of 2 (vLLM's ``parallel_state._DCP``)."""
+    import types
+
+    from vllm.distributed import parallel_state
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from sparse_mla.topk_filter import DcpShard
+    from sparse_mla_vllm.backend import SparseMLAVllmBackend, SparseMLAVllmImpl, SparseMLAVllmMetadataBuilder
+
+    assert SparseMLAVllmBackend.supports_dcp()
+    selector_config = AttentionSelectorConfig(576, torch.bfloat16, "bfloat16", 64, use_mla=True, use_sparse=True,
+                                              use_dcp=True)
+    reasons = SparseMLAVllmBackend.validate_configuration(device_capability=DeviceCapability(9, 0),
+                                                         **selector_config._asdict())
+    assert reasons == [], f"vLLM {vllm.__version__}'s selector call with use_dcp expected no reasons, got {reasons}"
+    monkeypatch.setattr(parallel_state, "_DCP", types.SimpleNamespace(world_size=2, rank_in_group=1))
+    impl = SparseMLAVllmImpl(
+        num_heads=8, head_size=576, scale=0.1, num_kv_heads=1, alibi_slopes=None, sliding_window=None,
+        kv_cache_dtype="auto", logits_soft_cap=None, attn_type="decoder", kv_sharing_target_layer_name=None,
+        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, qk_head_dim=192,
+        v_head_dim=128, kv_b_proj=None, topk_indices_buffer=torch.zeros(4, 2048, dtype=torch.int32),
+    )
+    assert (impl.dcp_world_size, impl.dcp_rank, impl.num_heads) == (2, 1, 16)
+    assert impl.need_to_return_lse_for_decode and impl.lse_base_on_e
+    parallel = types.SimpleNamespace(tensor_parallel_size=2, decode_context_parallel_size=2,
+                                     cp_kv_cache_interleave_size=8)
+    config = types.SimpleNamespace(
+        scheduler_config=types.SimpleNamespace(max_num_batched_tokens=8), parallel_config=parallel,
+        additional_config={}, speculative_config=None,
+        model_config=types.SimpleNamespace(hf_text_config=types.SimpleNamespace(index_topk=2048),
+                                           get_num_attention_heads=lambda parallel_config: 8),
+    )
+    spec = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    builder = SparseMLAVllmMetadataBuilder(spec, ["layer"], config, torch.device("cpu"))
+    assert builder.dcp == DcpShard(1, 2, 8) and builder.num_heads == 16
+    assert builder.reorder_batch_threshold is None  # supports_dcp_with_varlen: vLLM keeps every step whole

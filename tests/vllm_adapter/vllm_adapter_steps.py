@@ -8,6 +8,7 @@ kv_cache, attn_metadata, layer)``, with ``ql_nope`` a transposed bmm result and 
 indexer's buffer.
 """
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -57,11 +58,13 @@ SELECTOR_CONFIG = dict(
 """Every field of vLLM 0.33.0's ``AttentionSelectorConfig`` for DeepSeek-V3.2 with a bf16 cache."""
 
 
-def vllm_config(max_num_batched_tokens: int, num_heads: int, route: Optional[str] = None) -> types.SimpleNamespace:
+def vllm_config(max_num_batched_tokens: int, num_heads: int, route: Optional[str] = None,
+                dcp_world_size: int = 1, dcp_interleave: int = 1) -> types.SimpleNamespace:
     """The fields of ``VllmConfig`` the adapter reads (``num_heads``: per rank, what
     ``ModelConfig.get_num_attention_heads(parallel_config)`` answers; ``route``: the adapter's override
-    in ``additional_config``)."""
-    parallel_config = types.SimpleNamespace(tensor_parallel_size=1)
+    in ``additional_config``; ``dcp_*``: ``ParallelConfig``'s DCP size and ``cp_kv_cache_interleave_size``)."""
+    parallel_config = types.SimpleNamespace(tensor_parallel_size=1, decode_context_parallel_size=dcp_world_size,
+                                            cp_kv_cache_interleave_size=dcp_interleave)
     return types.SimpleNamespace(
         scheduler_config=types.SimpleNamespace(max_num_batched_tokens=max_num_batched_tokens),
         parallel_config=parallel_config,
@@ -71,6 +74,18 @@ def vllm_config(max_num_batched_tokens: int, num_heads: int, route: Optional[str
             get_num_attention_heads=lambda parallel: num_heads,
         ),
     )
+
+
+@contextlib.contextmanager
+def dcp_group(world_size: int, rank: int):
+    """This process as rank ``rank`` of a DCP group of ``world_size`` (the stand-in's ``parallel_state._DCP``)."""
+    from vllm.distributed import parallel_state
+
+    parallel_state._DCP = types.SimpleNamespace(world_size=world_size, rank_in_group=rank) if world_size > 1 else None
+    try:
+        yield
+    finally:
+        parallel_state._DCP = None
 
 
 @dataclasses.dataclass
@@ -86,21 +101,32 @@ class Engine:
 
 def make_engine(num_heads: int, num_blocks: int, max_num_batched_tokens: int, device: torch.device,
                 capability=DeviceCapability(9, 0), route: Optional[str] = None,
-                kv_cache_dtype: str = "bfloat16") -> Engine:
+                kv_cache_dtype: str = "bfloat16", dcp_world_size: int = 1, dcp_rank: int = 0,
+                dcp_interleave: int = 1) -> Engine:
     """Register, select, and construct the backend the way vLLM does; the cache poisoned with NaN (bytes
     0xFF for ``kv_cache_dtype="fp8_ds_mla"``: NaN fp8 codes and scales). ``route``: the adapter's override
-    through ``additional_config`` (None: the routing table's)."""
+    through ``additional_config`` (None: the routing table's). ``dcp_*``: the engine as rank ``dcp_rank`` of a
+    DCP group (``num_heads`` stays the rank's own heads, as vLLM passes them)."""
+    with dcp_group(dcp_world_size, dcp_rank):
+        return _make_engine(num_heads, num_blocks, max_num_batched_tokens, device, capability, route, kv_cache_dtype,
+                            dcp_world_size, dcp_interleave)
+
+
+def _make_engine(num_heads, num_blocks, max_num_batched_tokens, device, capability, route, kv_cache_dtype,
+                 dcp_world_size, dcp_interleave) -> Engine:
     sparse_mla_vllm.register()
     sparse_mla_vllm.register()  # vLLM may load plugins twice
     backend = AttentionBackendEnum[sparse_mla_vllm.BACKEND_NAME].get_class()
     reasons = backend.validate_configuration(device_capability=capability,
-                                             **dict(SELECTOR_CONFIG, kv_cache_dtype=kv_cache_dtype))
+                                             **dict(SELECTOR_CONFIG, kv_cache_dtype=kv_cache_dtype,
+                                                    use_dcp=dcp_world_size > 1))
     assert reasons == [], f"the selector expected no reasons, got {reasons}"
     fp8 = kv_cache_dtype == "fp8_ds_mla"
     cache_dtype = torch.uint8 if fp8 else torch.bfloat16  # vLLM allocates fp8_ds_mla as uint8
     spec = backend.customize_spec(MLAAttentionSpec(KV_BLOCK_SIZE, 1, KV_CACHE_HEAD_SIZE, cache_dtype,
                                                    cache_dtype_str=kv_cache_dtype))
-    builder = backend.get_builder_cls()(spec, [LAYER], vllm_config(max_num_batched_tokens, num_heads, route), device)
+    config = vllm_config(max_num_batched_tokens, num_heads, route, dcp_world_size, dcp_interleave)
+    builder = backend.get_builder_cls()(spec, [LAYER], config, device)
     assert builder.get_cudagraph_support(None, spec) == AttentionCGSupport.UNIFORM_BATCH
     buffer = torch.full((max_num_batched_tokens, INDEX_TOPK), -1, dtype=torch.int32, device=device)
     indexer = types.SimpleNamespace(topk_indices_buffer=buffer)
@@ -166,6 +192,16 @@ def forward(engine: Engine, step: Step) -> torch.Tensor:
     out, lse = engine.impl.forward_mqa((step.ql_nope, step.q_pe), engine.kv_cache, metadata, None)
     assert lse is None
     return out
+
+
+def forward_dcp(engine: Engine, step: Step, kv_cache: torch.Tensor, block_table: torch.Tensor):
+    """One DCP rank's calls for ``step`` (queries of the group's gathered heads) on its shard ``kv_cache`` and
+    ``block_table``; returns ``forward_mqa``'s ``(out [T, N * W, 512], lse [T, N * W])``."""
+    common = dataclasses.replace(step.common, block_table_tensor=block_table)
+    metadata = engine.builder.build(0, common)
+    engine.impl.prepare_for_batch(metadata)
+    engine.impl.record_logical_topk_ready()
+    return engine.impl.forward_mqa((step.ql_nope, step.q_pe), kv_cache, metadata, None)
 
 
 def reference_out(engine: Engine, step: Step) -> torch.Tensor:

@@ -49,6 +49,7 @@ from sparse_mla.constants import (
 )
 from sparse_mla import device_info
 from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, kernel_device_type, round_bf16_by_bits
+from sparse_mla.topk_filter import NO_DCP, DcpShard, check_topk_length
 
 MIN_DOT_ROWS = 16
 """``tl.dot`` needs at least 16 rows, so a program always holds at least 16 (possibly padded) heads."""
@@ -93,6 +94,7 @@ def _sparse_mla_attention_kernel(
     block_table_ptr,  # [R, max_blocks] int32
     block_table_stride_r,
     block_table_stride_b,
+    topk_length_ptr,  # [T] int32 entries of each row to read, when HAS_TOPK_LENGTH
     out_ptr,  # [T, N, 512] bf16, unit stride along the last dim
     out_stride_t,
     out_stride_h,
@@ -122,6 +124,10 @@ def _sparse_mla_attention_kernel(
     MERGE_H: tl.constexpr,
     MERGE_DV: tl.constexpr,
     HAS_LSE: tl.constexpr,
+    HAS_TOPK_LENGTH: tl.constexpr,
+    DCP_RANK: tl.constexpr,  # this rank's shard of the cache (sparse_mla.topk_filter.DcpShard)
+    DCP_WORLD_SIZE: tl.constexpr,
+    DCP_INTERLEAVE: tl.constexpr,
     DOT_FP32: tl.constexpr,
     BF16_BY_BITS: tl.constexpr,  # interpreter only: round fp32 -> bf16 by bits (it truncates conversions)
     FP8_DS_MLA: tl.constexpr,  # kv_ptr is the uint8 fp8_ds_mla cache: dequantize gathered slots in registers
@@ -174,13 +180,20 @@ def _sparse_mla_attention_kernel(
     block_table_row = block_table_ptr + req * block_table_stride_r
     col_begin = split * (SPLIT_ITERS * BLOCK_N)
     col_end = tl.minimum(col_begin + SPLIT_ITERS * BLOCK_N, topk)
+    if HAS_TOPK_LENGTH:  # columns at or past the row's length are -1
+        col_end = tl.minimum(col_end, tl.load(topk_length_ptr + token))
     # A constexpr trip count: Triton's interpreter cannot run a loop with runtime bounds (numpy >= 2.4
     # refuses its one-element-array loop bounds), and the pipeliner likes a known count.
     for step in range(SPLIT_ITERS):
         cols = col_begin + step * BLOCK_N + tl.arange(0, BLOCK_N)
         pos = tl.load(topk_row + cols * topk_stride_k, mask=cols < col_end, other=-1)
+        valid = (pos >= 0) & (pos < kv_len)  # kv_len is global: bounds p before the DCP mapping
+        if DCP_WORLD_SIZE > 1:  # keep this rank's positions, as positions of its own block table
+            group = pos // DCP_INTERLEAVE
+            valid = valid & (group % DCP_WORLD_SIZE == DCP_RANK)
+            pos = (group // DCP_WORLD_SIZE) * DCP_INTERLEAVE + pos % DCP_INTERLEAVE
         block_col = pos // BLOCK_SIZE
-        valid = (pos >= 0) & (pos < kv_len) & (block_col < max_blocks)
+        valid = valid & (block_col < max_blocks)
         block = tl.load(block_table_row + block_col * block_table_stride_b, mask=valid, other=-1)
         valid = valid & (block >= 0) & (block < num_blocks)
         row = block.to(tl.int64) * kv_stride_block + (pos % BLOCK_SIZE) * kv_stride_slot  # [BLOCK_N] slot offsets
@@ -687,6 +700,8 @@ def sparse_mla_attention(
     num_splits: Optional[int] = None,
     config: Optional[LaunchConfig] = None,
     workspace: Optional[SplitWorkspace] = None,
+    topk_length: Optional[torch.Tensor] = None,
+    dcp: DcpShard = NO_DCP,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sparse MLA attention of DeepSeek-V3.2 over request-local top-k positions, in one kernel launch.
 
@@ -694,8 +709,10 @@ def sparse_mla_attention(
     ``s = block_table[req_id[t], p // 64] * 64 + p % 64``):
     ``score_p = (q_nope[t,h]·c_kv[s] + q_rope[t,h]·k_rope[s]) * softmax_scale``,
     ``out[t,h] = Σ_p softmax(score)_p c_kv[s]``, ``lse[t,h] = log Σ_p exp(score_p)``.
-    A position is valid when ``0 <= p < token_kv_len[t]``, ``p // 64 < max_blocks`` and the block id
-    lies in ``[0, num_blocks)``; others (``-1`` included) are skipped wherever they sit in the row.
+    A position is valid when ``0 <= p < token_kv_len[t]``, its column is below ``topk_length[t]`` (when
+    given), this rank owns it (``dcp``; ``p`` then stands for its rank-local position, see
+    :mod:`sparse_mla.topk_filter`), ``p // 64 < max_blocks`` and the block id lies in ``[0, num_blocks)``;
+    others (``-1`` included) are skipped wherever they sit in the row.
     A token without a valid position gets ``out = 0`` and ``lse = -inf``.
 
     No host synchronization and, with ``out`` (and ``lse``) given and a :class:`SplitWorkspace` large
@@ -739,6 +756,11 @@ def sparse_mla_attention(
         Split-KV scratch. When ``None`` and the configuration splits, one is allocated for this call
         (zeroed counters: one more launch, and an allocation in a captured graph's private pool); pass
         one (e.g. :meth:`SplitWorkspace.for_max_tokens`) to reuse it across calls.
+    topk_length : torch.Tensor, optional
+        `[T]` int32: entries at columns ``>= topk_length[t]`` count as ``-1`` (a device tensor: no host sync).
+    dcp : DcpShard
+        This rank's decode-context-parallel shard of the cache (:mod:`sparse_mla.topk_filter`); the
+        positions in ``topk_indices`` and ``token_kv_len`` are global, ``block_table`` the rank's.
 
     Returns
     -------
@@ -769,6 +791,7 @@ def sparse_mla_attention(
     check_tensor("req_id", req_id, shape=(num_tokens,), dtype=torch.int32)
     check_tensor("token_kv_len", token_kv_len, shape=(num_tokens,), dtype=torch.int32)
     check_tensor("block_table", block_table, shape=(None, None), dtype=torch.int32)
+    check_topk_length(topk_length, num_tokens, q_nope.device)
     if out is None:
         out = torch.empty(num_tokens, num_heads, KV_LORA_RANK, dtype=torch.bfloat16, device=q_nope.device)
     check_tensor("out", out, shape=(num_tokens, num_heads, KV_LORA_RANK), dtype=torch.bfloat16)
@@ -798,7 +821,7 @@ def sparse_mla_attention(
             f"{sizes}, got {(workspace.partial_out.numel(), workspace.partial_lse.numel(), workspace.counters.numel())}"
         )
     launch(plan, q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
-           out, lse, workspace)
+           out, lse, workspace, topk_length, dcp)
     return (out, lse) if return_lse else out
 
 
@@ -815,6 +838,8 @@ def launch(
     out: torch.Tensor,
     lse: Optional[torch.Tensor],
     workspace: Optional[SplitWorkspace],
+    topk_length: Optional[torch.Tensor] = None,
+    dcp: DcpShard = NO_DCP,
 ):
     """Launch the kernel of a resolved :class:`LaunchPlan` on arguments the caller has checked.
 
@@ -850,6 +875,7 @@ def launch(
         req_id, req_id.stride(0),
         token_kv_len, token_kv_len.stride(0),
         block_table, block_table.stride(0), block_table.stride(1),
+        topk_indices if topk_length is None else topk_length,  # not dereferenced without HAS_TOPK_LENGTH
         out, out.stride(0), out.stride(1),
         lse_arg, lse_arg.stride(0), lse_arg.stride(1),
         part_out, part_lse, counters,
@@ -869,6 +895,10 @@ def launch(
         MERGE_H=plan.merge_h,
         MERGE_DV=plan.merge_dv,
         HAS_LSE=lse is not None,
+        HAS_TOPK_LENGTH=topk_length is not None,
+        DCP_RANK=dcp.rank,
+        DCP_WORLD_SIZE=dcp.world_size,
+        DCP_INTERLEAVE=dcp.interleave,
         DOT_FP32=dot_in_fp32(),
         BF16_BY_BITS=round_bf16_by_bits(),
         FP8_DS_MLA=fp8,

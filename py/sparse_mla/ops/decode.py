@@ -32,6 +32,7 @@ import torch
 from sparse_mla.checks import check_num_heads
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK
 from sparse_mla.ops.library import Availability, load_op_library
+from sparse_mla.topk_filter import NO_DCP, DcpShard
 
 # The tuning constants below each say why in a line; docs/decode-tuning.md has the H200 measurements behind them.
 
@@ -441,6 +442,8 @@ def sparse_mla_decode(
     workspace: Optional[DecodeWorkspace],
     out: torch.Tensor,
     lse: Optional[torch.Tensor] = None,
+    topk_length: Optional[torch.Tensor] = None,
+    dcp: DcpShard = NO_DCP,
 ) -> torch.Tensor:
     """Sparse MLA attention of request-local top-k positions, written into ``out`` (one launch; the
     wide kernel with several splits adds one for the split merge).
@@ -472,6 +475,11 @@ def sparse_mla_decode(
         `[T, N, 512]` bf16, written; zero for a token without valid positions.
     lse : torch.Tensor, optional
         `[T, N]` fp32 contiguous: natural-log LSE of the scaled scores, ``-inf`` without valid positions.
+    topk_length : torch.Tensor, optional
+        `[T]` int32: entries at columns ``>= topk_length[t]`` count as ``-1``.
+    dcp : DcpShard
+        This rank's DCP shard (:mod:`sparse_mla.topk_filter`): other ranks' positions count as ``-1``,
+        this rank's are looked up at their rank-local position.
 
     Returns
     -------
@@ -502,5 +510,6 @@ def sparse_mla_decode(
         q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
         launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits, launch.positions_per_split, out, lse,
         split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
+        topk_length, dcp.rank, dcp.world_size, dcp.interleave,
     )
     return out

@@ -21,6 +21,7 @@ import torch
 
 from sparse_mla.ops.library import Availability, load_op_library
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.topk_filter import NO_DCP, DcpShard
 
 LIBRARY_NAME = "libsparse_mla_fa3.so"
 LIBRARY_ENV = "SPARSE_MLA_FA3_LIBRARY"
@@ -202,6 +203,8 @@ def sparse_mla_layer(
     softmax_scale: float,
     out: torch.Tensor,
     lse: Optional[torch.Tensor] = None,
+    topk_length: Optional[torch.Tensor] = None,
+    dcp: DcpShard = NO_DCP,
 ) -> None:
     """One layer of the FA3 route in one op call: index conversion into ``page_table``, then FA3.
 
@@ -237,6 +240,11 @@ def sparse_mla_layer(
         `[T, N, 512]` bf16, written.
     lse : torch.Tensor, optional
         `[T, N]` fp32, written with the natural-log LSE (``-inf`` for a token without valid positions).
+    topk_length : torch.Tensor, optional
+        `[T]` int32: entries at columns ``>= topk_length[t]`` count as ``-1``.
+    dcp : DcpShard
+        This rank's DCP shard (:mod:`sparse_mla.topk_filter`): other ranks' positions count as ``-1``,
+        this rank's are looked up at their rank-local position.
 
     Raises
     ------
@@ -250,4 +258,5 @@ def sparse_mla_layer(
     if not availability:
         raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
     _ops()[1](q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, page_table, cache_seqlens,
-              cu_seqlens_q, scheduler_metadata, num_splits, softmax_scale, out, lse)
+              cu_seqlens_q, scheduler_metadata, num_splits, softmax_scale, out, lse, topk_length, dcp.rank,
+              dcp.world_size, dcp.interleave)

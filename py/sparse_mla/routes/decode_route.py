@@ -45,9 +45,10 @@ class DecodeRoute(Route):
         return decode.DecodeWorkspace.for_max_tokens(largest.num_tokens, largest.num_heads, largest.num_sms,
                                                      largest.device, largest.topk, **_planner_arguments(largest))
 
-    def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse) -> None:
+    def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse, topk_length) -> None:
         """One op call (one launch; two on the wide kernel with several splits); the op checks every tensor
         before it launches."""
         step = metadata.step
         decode.sparse_mla_decode(q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len,
-                                 metadata.block_table, softmax_scale, step.plan, step.workspace, out, lse)
+                                 metadata.block_table, softmax_scale, step.plan, step.workspace, out, lse,
+                                 topk_length=topk_length, dcp=metadata.dcp)

@@ -85,12 +85,12 @@ class Fa3Route(Route):
             ))
         return Step(workspace.page_table[:num_tokens], workspace.cache_seqlens[:num_tokens], scheduler_metadata)
 
-    def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse) -> None:
+    def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse, topk_length) -> None:
         """One op call: the index conversion into the step's page table, then FA3 (:func:`fa3.sparse_mla_layer`)."""
         step = metadata.prepared
         fa3.sparse_mla_layer(
             q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len, metadata.block_table,
             page_table=step.page_table, cache_seqlens=step.cache_seqlens, cu_seqlens_q=metadata.cu_seqlens_q,
             scheduler_metadata=step.scheduler_metadata, num_splits=metadata.step.plan.num_splits,
-            softmax_scale=softmax_scale, out=out, lse=lse,
+            softmax_scale=softmax_scale, out=out, lse=lse, topk_length=topk_length, dcp=metadata.dcp,
         )

@@ -74,7 +74,10 @@ class Route:
         softmax_scale: float,
         out: torch.Tensor,
         lse: Optional[torch.Tensor],
+        topk_length: Optional[torch.Tensor],
     ) -> None:
         """One layer's launches on arguments ``SparseMLAImpl.forward`` validated: writes ``out``
-        `[T, N, 512]` bf16 (and ``lse`` `[T, N]` fp32 when given)."""
+        `[T, N, 512]` bf16 (and ``lse`` `[T, N]` fp32 when given). Every route applies ``topk_length``
+        (`[T]` int32 or None) and the step's DCP shard (``metadata.dcp``) in its own index handling
+        (:mod:`sparse_mla.topk_filter`)."""
         raise NotImplementedError

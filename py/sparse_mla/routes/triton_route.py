@@ -28,8 +28,8 @@ class TritonRoute(Route):
         return kernel.SplitWorkspace.for_max_tokens(largest.num_tokens, largest.num_heads, largest.device,
                                                     largest.topk, num_sms=largest.num_sms)
 
-    def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse) -> None:
-        """One launch: the fused kernel translates the indices itself."""
+    def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse, topk_length) -> None:
+        """One launch: the fused kernel translates (and filters) the indices itself."""
         step = metadata.step
         kernel.launch(step.plan, q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len,
-                      metadata.block_table, softmax_scale, out, lse, step.workspace)
+                      metadata.block_table, softmax_scale, out, lse, step.workspace, topk_length, metadata.dcp)

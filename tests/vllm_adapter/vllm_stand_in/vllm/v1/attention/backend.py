@@ -55,6 +55,13 @@ class AttentionBackend(abc.ABC):
         return True
 
     @classmethod
+    def supports_dcp(cls) -> bool:
+        try:
+            return cls.get_impl_cls().supports_dcp
+        except NotImplementedError:
+            return False
+
+    @classmethod
     def validate_configuration(
         cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse, use_mm_prefix,
         use_per_head_quant_scales, device_capability, attn_type, has_sliding_window=False, use_non_causal=False,
@@ -111,6 +118,13 @@ class AttentionMetadataBuilder(abc.ABC, Generic[M]):
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False):
         ...
 
+    def _init_reorder_batch_threshold(self, reorder_batch_threshold: Optional[int] = 1,
+                                      supports_spec_as_decode: bool = False,
+                                      supports_dcp_with_varlen: bool = False) -> None:
+        self.reorder_batch_threshold = reorder_batch_threshold
+        if self.vllm_config.parallel_config.decode_context_parallel_size > 1 and not supports_dcp_with_varlen:
+            self.reorder_batch_threshold = 1  # vLLM then splits multi-token requests off the decode batch
+
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata):
         return self.build(common_prefix_len=0, common_attn_metadata=common_attn_metadata)
 
@@ -129,10 +143,13 @@ class AttentionImplBase(abc.ABC, Generic[T]):
     supports_quant_query_input: bool = False
 
     def __new__(cls, *args, **kwargs):
+        from vllm.distributed.parallel_state import get_dcp_world_size_and_rank
+
         self = super().__new__(cls)
-        # A single-rank engine: vLLM reads these from its process groups.
-        self.dcp_world_size, self.dcp_rank = 1, 0
+        # vLLM reads these from its process groups (the stand-in's DCP group: parallel_state._DCP).
+        self.dcp_world_size, self.dcp_rank = get_dcp_world_size_and_rank()
         self.pcp_world_size, self.pcp_rank = 1, 0
+        self.need_to_return_lse_for_decode = self.dcp_world_size > 1 and self.can_return_lse_for_decode
         return self
 
     def process_weights_after_loading(self, act_dtype: torch.dtype):
