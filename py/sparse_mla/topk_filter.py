@@ -86,6 +86,14 @@ def check_topk_length(topk_length: Optional[torch.Tensor], num_tokens: int, devi
     check_unit_last_stride("topk_length", topk_length)
 
 
+def within_length(topk_indices: torch.Tensor, topk_length: Optional[torch.Tensor]) -> torch.Tensor:
+    """``topk_indices`` `[T, K]` with ``-1`` at the columns ``>= topk_length[t]`` (unchanged when None)."""
+    if topk_length is None:
+        return topk_indices
+    columns = torch.arange(topk_indices.shape[1], device=topk_indices.device)
+    return torch.where(columns[None, :] < topk_length[:, None], topk_indices, -1)
+
+
 def attended_positions_reference(
     topk_indices: torch.Tensor,
     token_kv_len: torch.Tensor,
@@ -111,11 +119,8 @@ def attended_positions_reference(
         `[T, K]` int32: the rank-local position of every entry this rank attends, ``-1`` elsewhere
         (``-1``, past the row's length, ``>= token_kv_len``, or another rank's).
     """
-    positions = topk_indices.long()
+    positions = within_length(topk_indices, topk_length).long()
     keep = (positions >= 0) & (positions < token_kv_len.long()[:, None])
-    if topk_length is not None:
-        columns = torch.arange(topk_indices.shape[1], device=topk_indices.device)
-        keep &= columns[None, :] < topk_length.long()[:, None]
     safe = positions.clamp(min=0)
     keep &= dcp.owner(safe) == dcp.rank
     return torch.where(keep, dcp.local_positions(safe), -1).to(torch.int32)
@@ -132,10 +137,7 @@ def rows_to_check(
     its rank-local ones, and bad entries (``< -1`` or ``>= token_kv_len``) stay, so the check names them.
     Same arguments as :func:`attended_positions_reference`; returns `[T, K]` int32.
     """
-    rows = topk_indices
-    if topk_length is not None:
-        columns = torch.arange(rows.shape[1], device=rows.device)
-        rows = torch.where(columns[None, :] < topk_length[:, None], rows, -1)
+    rows = within_length(topk_indices, topk_length)
     if dcp.world_size == 1:
         return rows
     in_range = (rows >= 0) & (rows < token_kv_len[:, None])
