@@ -595,12 +595,12 @@ def test_fa3_step_without_fa3_plans_but_leaves_scheduling_to_fa3():
 def test_the_package_names_its_api():
     """``sparse_mla.__all__`` is what ``from sparse_mla import *`` gives: each name the object its module defines."""
     import sparse_mla
-    from sparse_mla import common_metadata, constants, reference
+    from sparse_mla import common_metadata, constants, merge, reference, topk_filter
     from sparse_mla.kernels import kv_cache_writer
     from sparse_mla import backend
 
-    modules = (backend, common_metadata, constants, reference, kv_cache_writer)
-    assert sparse_mla.__all__ == sorted(sparse_mla.__all__) and len(sparse_mla.__all__) == 9
+    modules = (backend, common_metadata, constants, merge, reference, topk_filter, kv_cache_writer)
+    assert sparse_mla.__all__ == sorted(sparse_mla.__all__) and len(sparse_mla.__all__) == 11
     for name in sparse_mla.__all__:
         defined = [getattr(m, name) for m in modules if hasattr(m, name)]
         assert defined and getattr(sparse_mla, name) is defined[0], f"sparse_mla.{name} expected its module's object"
