@@ -227,6 +227,7 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
     supports_pcp = False
     supports_dcp = True  # each rank attends its shard (sparse_mla.topk_filter) and returns the LSE
     can_return_lse_for_decode = True  # [T, N * W] fp32, natural log (lse_base_on_e)
+    supports_mtp_with_cp_non_trivial_interleave_size = True  # the filter serves any interleave, any query length
 
     def __init__(
         self,

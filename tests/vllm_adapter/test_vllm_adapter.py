@@ -131,7 +131,7 @@ def test_dcp_wiring_follows_vllm_config():
     with steps.dcp_group(4, 3):
         impl = SparseMLAVllmImpl(**_impl_kwargs(num_heads=8))
     assert (impl.dcp_world_size, impl.dcp_rank, impl.num_heads) == (4, 3, 32)  # the group's gathered heads
-    assert impl.need_to_return_lse_for_decode and impl.lse_base_on_e
+    assert impl.need_to_return_lse_for_decode and impl.lse_base_on_e and impl.supports_mtp_with_cp_non_trivial_interleave_size
     engine = steps.make_engine(8, 4, max_num_batched_tokens=8, device=CPU, dcp_world_size=4, dcp_rank=3,
                                dcp_interleave=16)
     assert engine.builder.dcp == DcpShard(3, 4, 16) and engine.builder.num_heads == 32

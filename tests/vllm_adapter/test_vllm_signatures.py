@@ -149,7 +149,7 @@ def test_adapter_serves_dcp_in_installed_vllm(vllm, monkeypatch):
         v_head_dim=128, kv_b_proj=None, topk_indices_buffer=torch.zeros(4, 2048, dtype=torch.int32),
     )
     assert (impl.dcp_world_size, impl.dcp_rank, impl.num_heads) == (2, 1, 16)
-    assert impl.need_to_return_lse_for_decode and impl.lse_base_on_e
+    assert impl.need_to_return_lse_for_decode and impl.lse_base_on_e and impl.supports_mtp_with_cp_non_trivial_interleave_size
     parallel = types.SimpleNamespace(tensor_parallel_size=2, decode_context_parallel_size=2,
                                      cp_kv_cache_interleave_size=8)
     config = types.SimpleNamespace(
