@@ -73,7 +73,7 @@ THREADS_PER_WARP = 32
 # Sizes that vary from call to call are not specialized (Triton would compile a variant for values equal
 # to 1 or divisible by 16), so batches of any size share one compiled kernel per launch configuration;
 # strides stay specialized (unit strides make the index loads vector loads).
-@triton.jit(do_not_specialize=["num_heads", "topk", "num_reqs", "max_blocks", "num_blocks", "num_splits"])
+@triton.jit(do_not_specialize=["num_heads", "topk", "num_reqs", "max_blocks", "num_blocks", "num_splits", "dcp_rank"])
 def _sparse_mla_attention_kernel(
     q_nope_ptr,  # [T, N, 512] bf16, unit stride along the last dim
     q_nope_stride_t,
@@ -110,6 +110,7 @@ def _sparse_mla_attention_kernel(
     max_blocks,
     num_blocks,
     num_splits,  # S
+    dcp_rank,  # this rank of DCP_WORLD_SIZE (sparse_mla.topk_filter.DcpShard); a runtime value: one compile for all ranks
     scale_log2,  # softmax_scale * log2(e)
     LORA_RANK: tl.constexpr,
     ROPE_DIM: tl.constexpr,
@@ -125,8 +126,7 @@ def _sparse_mla_attention_kernel(
     MERGE_DV: tl.constexpr,
     HAS_LSE: tl.constexpr,
     HAS_TOPK_LENGTH: tl.constexpr,
-    DCP_RANK: tl.constexpr,  # this rank's shard of the cache (sparse_mla.topk_filter.DcpShard)
-    DCP_WORLD_SIZE: tl.constexpr,
+    DCP_WORLD_SIZE: tl.constexpr,  # the shard of the cache this rank holds (sparse_mla.topk_filter.DcpShard)
     DCP_INTERLEAVE: tl.constexpr,
     DOT_FP32: tl.constexpr,
     BF16_BY_BITS: tl.constexpr,  # interpreter only: round fp32 -> bf16 by bits (it truncates conversions)
@@ -190,7 +190,7 @@ def _sparse_mla_attention_kernel(
         valid = (pos >= 0) & (pos < kv_len)  # kv_len is global: bounds p before the DCP mapping
         if DCP_WORLD_SIZE > 1:  # keep this rank's positions, as positions of its own block table
             group = pos // DCP_INTERLEAVE
-            valid = valid & (group % DCP_WORLD_SIZE == DCP_RANK)
+            valid = valid & (group % DCP_WORLD_SIZE == dcp_rank)
             pos = (group // DCP_WORLD_SIZE) * DCP_INTERLEAVE + pos % DCP_INTERLEAVE
         block_col = pos // BLOCK_SIZE
         valid = valid & (block_col < max_blocks)
@@ -881,6 +881,7 @@ def launch(
         part_out, part_lse, counters,
         num_heads, topk, block_table.shape[0], block_table.shape[1], kv_cache.shape[0],
         plan.num_splits,
+        dcp.rank,
         softmax_scale * LOG2_E,
         LORA_RANK=KV_LORA_RANK,
         ROPE_DIM=QK_ROPE_HEAD_DIM,
@@ -896,7 +897,6 @@ def launch(
         MERGE_DV=plan.merge_dv,
         HAS_LSE=lse is not None,
         HAS_TOPK_LENGTH=topk_length is not None,
-        DCP_RANK=dcp.rank,
         DCP_WORLD_SIZE=dcp.world_size,
         DCP_INTERLEAVE=dcp.interleave,
         DOT_FP32=dot_in_fp32(),
