@@ -17,7 +17,8 @@
 #   installed package (from outside the checkout), and a byte comparison of its libraries with bazel-bin's
 #   (those the test step's //tests/... ran against).
 #   ab: the routed forward of an earlier tree and its libraries (.device/old/{py,tools}, .device/libs_before)
-#   against this tree's, alternating twice, both cache formats; new / old per cell (tools/ab_compare.py).
+#   against this tree's, alternating $AB_ROUNDS times (2), both cache formats; new / old per cell
+#   (tools/ab_compare.py).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -129,7 +130,8 @@ for step in "${steps[@]}"; do
       # against this tree's (after build), alternating twice; tools/ab_compare.py prints new / old per cell.
       mkdir -p "$out/ab"
       cells=(--paths=routed --heads=16,64,128 --tokens=1,8,128,512 --replays=20 --nocheck)
-      for round in 1 2; do
+      rounds=${AB_ROUNDS:-2}
+      for round in $(seq "$rounds"); do
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_before/libsparse_mla_decode.so \
           SPARSE_MLA_FA3_LIBRARY=$PWD/.device/libs_before/libsparse_mla_fa3.so PYTHONPATH=.device/old/py \
           python3 .device/old/tools/bench.py "${cells[@]}" --git_revision=old --out_dir="$out/ab/old.$round" \
@@ -138,8 +140,8 @@ for step in "${steps[@]}"; do
           SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so PYTHONPATH=py:tests \
           python3 tools/bench.py "${cells[@]}" --out_dir="$out/ab/new.$round" > "$out/ab/new.$round.log" 2>&1 || status=1
       done
-      python3 tools/ab_compare.py "$out/ab/old.1/bench.csv,$out/ab/old.2/bench.csv" \
-        "$out/ab/new.1/bench.csv,$out/ab/new.2/bench.csv" | tee "$out/ab/compare.txt"
+      runs() { seq "$rounds" | sed "s|.*|$out/ab/$1.&/bench.csv|" | paste -sd,; }
+      python3 tools/ab_compare.py "$(runs old)" "$(runs new)" | tee "$out/ab/compare.txt"
       echo "ab: rc=${PIPESTATUS[0]}" | tee -a "$out/summary.txt"
       ;;
     host_time)
