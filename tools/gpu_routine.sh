@@ -13,12 +13,12 @@
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
 #   libs: copies the built op libraries to $OUT/libs (carry them to a later call: SPARSE_MLA_*_LIBRARY).
 #   wheel: tools/build_wheel.py --fa3 into $OUT/wheel (the stable-ABI decode library, FA3 for this torch),
-#   installed into a fresh virtual environment over this machine's torch; then the GPU suite against the
+#   installed with pip into a folder beside this machine's torch; then the GPU suite against the
 #   installed package (from outside the checkout), and a byte comparison of its libraries with bazel-bin's
-#   (those the test step's //tests/... ran against).
+#   (those the test step's //tests/... ran against). WHEEL=path: that wheel, built elsewhere, instead.
 #   ab: the routed forward of an earlier tree and its libraries (.device/old/{py,tools}, .device/libs_before)
-#   against this tree's, alternating $AB_ROUNDS times (2), both cache formats; new / old per cell
-#   (tools/ab_compare.py).
+#   against this tree's, alternating $AB_ROUNDS times (2), both cache formats, at $AB_HEADS x $AB_TOKENS;
+#   new / old per cell (tools/ab_compare.py).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -96,23 +96,31 @@ for step in "${steps[@]}"; do
       ;;
     wheel)
       rm -rf "$out/wheel" && mkdir -p "$out/wheel"
-      python3 tools/build_wheel.py --fa3 --bazel "$bazel" --out "$out/wheel" -- "${flags[@]}" > "$out/wheel/build.log" 2>&1
-      rc=$?
-      wheel=$(tail -1 "$out/wheel/build.log")
-      echo "wheel: rc=$rc $wheel" | tee -a "$out/summary.txt"
-      venv=$out/wheel/venv
-      python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install --no-deps --no-index "$wheel" | tail -1
-      package=$("$venv/bin/python" -c 'import os, sparse_mla; print(os.path.dirname(sparse_mla.__file__))')
-      series=$("$venv/bin/python" -c 'from sparse_mla.ops.library import TORCH_SERIES; print(TORCH_SERIES)')
-      (cd "$out/wheel" && env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY PYTHONPATH="$OLDPWD/tests" \
-        "$venv/bin/python" -m pytest -q \
-        "$OLDPWD"/tests/*/test_*_gpu.py > "$out/wheel/gpu_tests.log" 2>&1)
+      if [ -n "${WHEEL:-}" ]; then  # a wheel built elsewhere, once
+        rc=0 wheel=$WHEEL
+      else
+        python3 tools/build_wheel.py --fa3 --bazel "$bazel" --out "$out/wheel" -- "${flags[@]}" > "$out/wheel/build.log" 2>&1
+        rc=$?
+        wheel=$(tail -1 "$out/wheel/build.log")
+      fi
+      echo "wheel: rc=$rc $wheel ($(sha256sum < "$wheel" | cut -c1-16))" | tee -a "$out/summary.txt"
+      # Installed with pip into a folder of its own on this interpreter's path, beside its torch (a venv
+      # made from a venv's interpreter would see the base interpreter's packages, not torch's).
+      site=$out/wheel/site
+      python3 -m pip install --quiet --no-deps --no-index --target "$site" "$wheel"
+      package=$(cd / && PYTHONPATH=$site python3 -c 'import os, sparse_mla; print(os.path.dirname(sparse_mla.__file__))')
+      series=$(cd / && PYTHONPATH=$site python3 -c 'from sparse_mla.ops.library import TORCH_SERIES; print(TORCH_SERIES)')
+      (cd "$out/wheel" && env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY PYTHONPATH="$site:$OLDPWD/tests" \
+        python3 -m pytest -q -p no:cacheprovider "$OLDPWD"/tests/*/test_*_gpu.py > "$out/wheel/gpu_tests.log" 2>&1)
       echo "wheel GPU suite (sparse_mla from $package): $(tail -1 "$out/wheel/gpu_tests.log")" | tee -a "$out/summary.txt"
       # The wheel's libraries are the ones //tests/... ran against (the test step): byte for byte.
       same=yes
-      cmp -s "$package/libsparse_mla_decode.so" bazel-bin/cc/libsparse_mla_decode.so || same=no
-      cmp -s "$package/torch$series/libsparse_mla_fa3.so" bazel-bin/cc/libsparse_mla_fa3.so || same=no
-      echo "wheel libraries identical to bazel-bin/cc's: $same" | tee -a "$out/summary.txt"
+      [ -n "${WHEEL:-}" ] || for pair in "$package/libsparse_mla_decode.so bazel-bin/cc/libsparse_mla_decode.so" \
+                  "$package/torch$series/libsparse_mla_fa3.so bazel-bin/cc/libsparse_mla_fa3.so"; do
+        sha256sum $pair | tee -a "$out/summary.txt"
+        cmp -s $pair || same=no
+      done
+      [ -n "${WHEEL:-}" ] || echo "wheel libraries identical to bazel-bin/cc's: $same" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] && [ "$same" = yes ] && grep -qE " passed" "$out/wheel/gpu_tests.log" && ! grep -qE "[0-9]+ failed" "$out/wheel/gpu_tests.log" || status=1
       ;;
     bench)
@@ -129,15 +137,15 @@ for step in "${steps[@]}"; do
       # Routed forward of an earlier tree (.device/old/{py,tools}) with its libraries (.device/libs_before)
       # against this tree's (after build), alternating twice; tools/ab_compare.py prints new / old per cell.
       mkdir -p "$out/ab"
-      cells=(--paths=routed --heads=16,64,128 --tokens=1,8,128,512 --replays=20 --nocheck)
+      cells=(--paths=routed --heads="${AB_HEADS:-16,64,128}" --tokens="${AB_TOKENS:-1,8,128,512}" --replays=20 --nocheck)
       rounds=${AB_ROUNDS:-2}
       for round in $(seq "$rounds"); do
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_before/libsparse_mla_decode.so \
           SPARSE_MLA_FA3_LIBRARY=$PWD/.device/libs_before/libsparse_mla_fa3.so PYTHONPATH=.device/old/py \
           python3 .device/old/tools/bench.py "${cells[@]}" --git_revision=old --out_dir="$out/ab/old.$round" \
           > "$out/ab/old.$round.log" 2>&1 || status=1
-        SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so \
-          SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so PYTHONPATH=py:tests \
+        SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so} \
+          SPARSE_MLA_FA3_LIBRARY=${SPARSE_MLA_FA3_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_fa3.so} PYTHONPATH=py:tests \
           python3 tools/bench.py "${cells[@]}" --out_dir="$out/ab/new.$round" > "$out/ab/new.$round.log" 2>&1 || status=1
       done
       runs() { seq "$rounds" | sed "s|.*|$out/ab/$1.&/bench.csv|" | paste -sd,; }
@@ -162,11 +170,12 @@ for step in "${steps[@]}"; do
       ;;
     memcheck)
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
-      [ -f bazel-bin/cc/libsparse_mla_fa3.so ] && export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
+      [ -z "${SPARSE_MLA_FA3_LIBRARY:-}" ] && [ -f bazel-bin/cc/libsparse_mla_fa3.so ] &&
+        export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
       PYTHONPATH=py:tests compute-sanitizer --tool memcheck --target-processes all \
         python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_fa3_gpu.py tests/ops/test_token_metadata_gpu.py \
-        tests/backend/test_unusual_inputs_gpu.py \
-        -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call" \
+        tests/backend/test_unusual_inputs_gpu.py tests/backend/test_dcp_gpu.py \
+        -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call and (not test_dcp_simulated or (mixed and 128 and 8-16)) and (not test_topk_length or mixed)" \
         > "$out/memcheck.log" 2>&1
       echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/memcheck.log")" | tee -a "$out/summary.txt"
       ;;
