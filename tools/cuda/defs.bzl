@@ -53,7 +53,8 @@ def cuda_public_library(name, deps, visibility = ["//visibility:public"]):
         outs = [name + "_needs_cuda.h"],
         cmd = ("echo 'sparse_mla: %s is CUDA code, built only with " +
                "--@sparse_mla//tools/cuda:enable_cuda=true and --repo_env=SPARSE_MLA_ENABLE_CUDA=1 " +
-               "(the sm90 config of sparse_mla README, Consuming it)' >&2; exit 1") % label,
+               "(the sm90 config); to keep a CPU //... green on Bazel 2.1, tag what depends on it and " +
+               "filter the tag (sparse_mla docs/building.md, Consuming it from another monorepo)' >&2; exit 1") % label,
         tags = ["manual"],
     )
     cc_library(
