@@ -1,51 +1,6 @@
-// Latency-first sparse MLA decode for Hopper: one launch (the wide kernel with several splits: two),
-// request-local top-k positions in, attention out, for any number of query heads (1..128) and any
-// token count (split-KV chosen by the planner).
-// This file holds the kernel for 16 or 32 heads per CTA and the launcher of both kernels; the one for
-// 64 heads per CTA, for N > 32 (and 16 < N <= 32 at 2 <= T <= 128), is cc/sparse_decode_wide_kernel.cu
-// (head_tiles = 4).
-//
-// Work decomposition
-// ------------------
-// A CTA serves one (token, group of <= 32 heads, slice of the token's top-k row) and gathers whole
-// slots of its slice as the cache stores them, 16 or 32 positions per pipeline stage (kCtaChunk, the
-// planner's choice), with 16-byte cp.async into a kStages-deep ring (16 or 8 threads per slot, its
-// address computed once). Nothing is exchanged between CTAs while positions are processed: the 8 warps
-// split the 576 columns instead. Warp w owns the c_kv columns [64 w, 64 w + 64) and the k_rope
-// columns [8 w, 8 w + 8): it computes partial scores q[:, cols_w] . k[:, cols_w] on tensor cores
-// (mma.sync m16n8k16 / m16n8k8, bf16 in, fp32 out), the CTA adds the 8 partials in shared memory,
-// runs an fp32 online softmax (base 2), and warp w multiplies the probabilities with its 64 c_kv
-// columns: c_kv is both the key (with q_nope) and the value, and the one latent head serves all
-// query heads of the CTA.
-//
-// Positions -> rows: every CTA translates its slice's positions through the block table up front
-// (position p of request req_id[t] lives in block block_table[req, p / 64], slot p % 64); -1, p >=
-// token_kv_len[t], p past the block table, and block ids outside [0, num_blocks) are masked (their
-// rows are zero-filled by cp.async and their scores set to -inf, never read from memory).
-//
-// Merging the slices (kCluster = 8, small grids): a cluster of 8 CTAs holds 8 consecutive slices (one
-// "split" of the plan). Each CTA leaves its normalized partial output and base-2 LSE in shared memory;
-// after a cluster barrier, rank r merges the output columns [64 r, 64 r + 64) of the 8 partials, read
-// through distributed shared memory. With kCluster = 1 (large grids, where a cluster's 8 CTAs would
-// wait for one GPC and merge for nothing) a CTA's slice is the whole split and rank 0 owns all 512
-// columns. With one split per token that is the output. With several, rank r writes the split's
-// merged columns and LSE to the workspace and bumps the arrival counter of its (token, head group,
-// rank); the last CTA to arrive merges the splits of its columns (kMergeUnroll split partials loaded
-// at once) and resets the counter, so a later launch or CUDA-graph replay finds it zero.
-//
-// Cache formats: bf16 slots (1152 bytes) are staged as they are and read by the tensor-core code
-// directly. fp8_ds_mla slots (656 bytes: 512 e4m3 c_kv values, 4 fp32 scales of 128 values, 64 bf16
-// k_rope) are staged as they are too (0.57x the bytes gathered), in a skewed 768-byte pitch that keeps
-// step 4's shared-memory reads free of bank conflicts (fp8_row_skew). Warp w dequantizes its 64 c_kv
-// columns in registers as it loads them as keys (e4m3 -> f16 exactly, times the group's scale,
-// rounded to bf16) and keeps them in registers as values: each key fragment, transposed in registers
-// (movmatrix), is a B fragment of P . c_kv. No bf16 copy of c_kv in shared memory, no extra pass, no
-// extra barrier. Its query fragments take the warp's columns in a permuted k order, so that a lane's
-// keys of a row are 16 consecutive bytes, loaded at once (one 16-byte load for eight 2-byte ones); its
-// output columns come out in the same order. Against release 10's bf16 tile in shared memory (written
-// with 2-way bank conflicts and read back with ldmatrix) and 672-byte pitch, on the H200: N = 16,
-// T = 8 / 128 / 512: 21.0 / 107.5 / 389.2 µs vs 21.7 / 113.3 / 418.2
-// (results/2026-11-30-h200/release11/README.md, call 89).
+// Latency-first sparse MLA decode on Hopper for 16 or 32 heads per CTA, and the launcher of both decode
+// kernels (64 heads per CTA: cc/sparse_decode_wide_kernel.cu). Work decomposition, slice and split merges
+// and the fp8_ds_mla staging: docs/decode-kernels.md.
 #include "cc/sparse_decode.h"
 
 #include <cooperative_groups.h>

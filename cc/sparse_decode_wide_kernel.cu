@@ -1,52 +1,6 @@
-// Sparse MLA decode for many heads (64 per CTA) on Hopper: the kernel the planner takes where every
-// gathered slot should serve many query heads: N > 32, and 16 < N <= 32 at 2 <= T <= 128
-// (sparse_mla.ops.decode.plan).
-//
-// Why a second kernel: cc/sparse_decode_kernel.cu splits the 576 columns over its 8 warps, so each
-// of its CTAs serves at most 32 heads, and a token with 64 or 128 heads gathers (and, for
-// fp8_ds_mla, dequantizes) every slot 2 or 4 times, through an 8-way partial-score reduction in
-// shared memory per chunk. Here a CTA serves 64 heads of one (token, split): every slot is gathered
-// and dequantized once for all of them.
-//
-// Work decomposition
-// ------------------
-// 4 warpgroups, specialized (setmaxnreg moves registers from the producers to the consumers):
-//   - the producers (warpgroups 2 and 3, 256 threads) translate the split's positions to slots, gather
-//     each 32-position stage with cp.async and, for fp8_ds_mla, dequantize it to bf16, then announce
-//     the stage on a named barrier; the consumers release it on another once they have read it;
-//   - consumer g (0, 1) owns c_kv columns [256 g, 256 g + 256) and k_rope columns [32 g, 32 g + 32),
-//     and its warp w (of 4) the 16 heads [16 w, 16 w + 16), the rows of its wgmma accumulators.
-// Per stage, each consumer computes:
-//   - scores: the warpgroup's partial q[:, cols] . k[:, cols] for all 64 heads and the stage's 32
-//     positions, on wgmma m64n32k16 with both operands in shared memory (queries staged once);
-//   - the two warps holding the same heads (w and w + 4) add their partials through shared memory (a
-//     64-thread named barrier), so each holds the full scores in registers, in the accumulator layout;
-//   - an fp32 online softmax (base 2) in registers, row statistics shared by the 4 lanes of a row
-//     (quad shuffles); the probabilities become the register A operand of the next product;
-//   - out[:, cols] = alpha * out + P . c_kv[:, cols] on two wgmma m64n128k16 per k-step (A = P from
-//     registers, B = the stage's c_kv read as an MN-major operand): 64 x 256 fp32 accumulators per
-//     warpgroup. One m64n256k16 would name all 128 accumulators of a lane in one instruction, more than
-//     the 128 registers a thread of a 512-thread CTA has at launch (ptxas error C7602).
-// Operands live in shared memory as "atoms" of 64 columns: [rows / 8][8 rows][128 bytes], the
-// 16-byte chunks of row r XOR-swizzled by r % 8 (wgmma's 128-byte swizzle, 1024-byte aligned). The
-// same staged c_kv is the K-major B of the scores (rows = positions) and the MN-major B of P . V
-// (rows = the k dimension).
-// Pipeline: bf16 slots are gathered straight into that layout (the 4 threads copying one slot hit
-// distinct bank groups), 3 operand stages, two in flight. fp8_ds_mla slots land as stored in a ring of
-// 4 half-stages (three in flight); the producers dequantize each half into one of 2 operand stages
-// while the consumers compute on the other, so the conversion is off the consumers' path.
-// Measured on the H200, the decode kernel alone, bf16 / fp8 µs, two producer warpgroups vs one
-// (results/2026-11-30-h200/release10/README.md, call 77): N = 64, T = 128 125.6 / 145.7 vs 133.7 / 149.6;
-// T = 512 483 / 559 vs 513 / 579; N = 128, T = 512 932 / 1107 vs 1002 / 1133; T <= 16 within 1 µs or
-// faster. One producer: N = 64, T = 128 134 / 150 in release 7, 127 / 150 in release 6, 132 / 153 in
-// release 5. Before the producer (all 8 warps gathering, dequantizing behind a barrier, then
-// computing): 141 and 173; the same decomposition on mma.sync took 183 and 211
-// (results/2026-11-30-h200/release4/README.md). Leaving P . V running into the next stage gains 2 %
-// on bf16 and loses 6 % on fp8, whose 2 operand stages then leave the producers no slack.
-// Splits (the planner's num_splits): one CTA per split; with several, each writes its normalized
-// partial output (fp32, or bf16 from kBf16PartialMinSplits splits on) and LSE to the workspace, and a
-// second launch merges them (merge_splits_kernel:
-// kMergeSlices CTAs per token and head group, kMergeCols output columns each).
+// Sparse MLA decode on Hopper for 64 heads per CTA (N > 32, and 16 < N <= 32 at 2 <= T <= 128): producer
+// warpgroups gather (and dequantize) each slot once for all heads, consumer warpgroups run wgmma. Work
+// decomposition, pipeline, split merge and their measurements: docs/decode-kernels.md.
 #include <cuda_bf16.h>
 
 #include <cstdint>
