@@ -18,18 +18,16 @@ import pytest
 import torch
 
 import sparse_mla_testing as testing
+from sparse_mla_testing.markers import requires_compiled_gpu
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, KV_BLOCK_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla.fp8_ds_mla import E4M3_NAN_CODE
 from sparse_mla.kernels.kv_cache_writer import write_kv
-from sparse_mla.kernels.triton_support import interpreting
 from sparse_mla.ops import decode
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference
 from sparse_mla.routes import ROUTES
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or interpreting(), reason="needs a CUDA GPU and compiled Triton (no TRITON_INTERPRET)"
-)
+pytestmark = requires_compiled_gpu
 
 CACHE_DTYPES = {"auto": "bfloat16", "fp8_ds_mla": "fp8_ds_mla"}
 ROUTE_CACHES = [(route, dtype) for route in sorted(ROUTES) for dtype, fmt in CACHE_DTYPES.items()

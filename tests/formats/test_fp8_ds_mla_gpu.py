@@ -27,6 +27,7 @@ import torch
 
 from sparse_mla import routing
 import sparse_mla_testing as testing
+from sparse_mla_testing.markers import requires_compiled_gpu
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.constants import (
     DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -39,14 +40,11 @@ from sparse_mla.constants import (
 )
 from sparse_mla.fp8_ds_mla import quantize_slots
 from sparse_mla.kernels.kv_cache_writer import write_kv
-from sparse_mla.kernels.triton_support import interpreting
 from sparse_mla.kv_cache_format import FP8_DS_MLA
 from sparse_mla.reference import global_slot_ids_reference, sparse_mla_reference
 from sparse_mla.routes import ROUTES
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or interpreting(), reason="needs a CUDA GPU and compiled Triton (no TRITON_INTERPRET)"
-)
+pytestmark = requires_compiled_gpu
 
 FP8 = FP8_DS_MLA.name
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sparse_mla_testing as testing
+from sparse_mla_testing.markers import requires_compiled_gpu
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.kernels.sparse_mla_attention import (
     LaunchConfig,
@@ -23,11 +24,8 @@ from sparse_mla.kernels.sparse_mla_attention import (
     default_launch_config,
     sparse_mla_attention,
 )
-from sparse_mla.kernels.triton_support import interpreting
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or interpreting(), reason="needs a CUDA GPU and compiled Triton (no TRITON_INTERPRET)"
-)
+pytestmark = requires_compiled_gpu
 
 PATTERNS = testing.INVALID_PATTERNS
 
