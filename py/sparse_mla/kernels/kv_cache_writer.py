@@ -35,7 +35,7 @@ from sparse_mla.constants import (
     KV_LORA_RANK,
     QK_ROPE_HEAD_DIM,
 )
-from sparse_mla.fp8_ds_mla import FLT_MIN
+from sparse_mla.fp8_ds_mla import E4M3_NAN_CODE as NAN_CODE, FLT_MIN
 from sparse_mla.kernels.triton_support import kernel_device_type
 
 PADDING_SLOT = -1
@@ -62,8 +62,8 @@ SUBNORMAL_ROUNDER = tl.constexpr(2.0**14)
 """fp32 ``2**14`` has an ulp of ``2**-9``, e4m3's subnormal step: ``a + 2**14`` rounds ``a < 2**-6`` to that step
 (nearest-even, by the fp32 addition) and leaves ``m`` in the low mantissa bits."""
 
-E4M3_NAN_CODE = tl.constexpr(0x7F)
-"""The e4m3fn NaN that CUDA's ``__nv_cvt_float_to_fp8(nan, __NV_SATFINITE, __NV_E4M3)`` gives (vLLM's writer)."""
+E4M3_NAN_CODE = tl.constexpr(NAN_CODE)
+""":data:`sparse_mla.fp8_ds_mla.E4M3_NAN_CODE`, the code a NaN latent is stored as (vLLM's writer)."""
 
 SUBNORMAL_ROUNDER_BITS = tl.constexpr((127 + 14) << 23)
 """The fp32 bits of :data:`SUBNORMAL_ROUNDER`: subtracted from the bits of ``a + 2**14`` they leave ``m``."""
