@@ -8,7 +8,8 @@
 * NaN latents: written by ``write_kv`` into a selected slot, they reach the output and the LSE of exactly
   the tokens that select it, on both cache formats (the fp8 writer stores vLLM's NaN code 0x7F), on the
   routes of our kernels. FA3's own softmax (sgl-attn ``hopper/softmax.h``: a NaN row sum gives output 0 and
-  LSE -inf, which its split combine then drops) does not propagate it; that route is left out here.
+  LSE -inf, which its split combine then drops) does not propagate it: on that route the tokens that select
+  the slot get a finite output (docs/using.md, "Non-finite values").
 
 Accuracy bound: ``||out - ref|| / ||ref|| < 1e-2`` and the LSE within ``1e-2 * max(1, |ref|)``
 (:func:`sparse_mla_testing.assert_attention_close`); outputs are NaN-poisoned before every call.
@@ -108,9 +109,9 @@ def test_column_major_topk_is_refused_by_every_route(route, kv_cache_dtype):
         _forward(kv_cache_dtype, 16, batch, metadata, q_nope, q_rope, kv_cache, topk_indices=column_major)
 
 
-@pytest.mark.parametrize("num_heads", [16, 128])
-@pytest.mark.parametrize("route, kv_cache_dtype", NAN_PROPAGATING)
-def test_nan_latent_propagates_to_the_tokens_that_select_it(route, kv_cache_dtype, num_heads):
+def _nan_step(route, kv_cache_dtype, num_heads):
+    """A step whose slot selected by token 0 holds a NaN latent (written by write_kv): the route's (out, lse),
+    the reference's, and which tokens select that slot."""
     batch, metadata, q_nope, q_rope, kv_cache = _step(route, kv_cache_dtype, num_heads, [3000, 2500, 700],
                                                       [1, 2, 1], 2048, seed=73)
     slot_ids, _ = _reference(batch, q_nope, q_rope, kv_cache)
@@ -124,9 +125,26 @@ def test_nan_latent_propagates_to_the_tokens_that_select_it(route, kv_cache_dtyp
     out, lse = _forward(kv_cache_dtype, num_heads, batch, metadata, q_nope, q_rope, kv_cache)
     selects = (slot_ids == poisoned_slot).any(dim=1)
     assert selects[0]
+    _, reference = _reference(batch, q_nope, q_rope, kv_cache)
+    assert torch.isnan(reference[1][selects]).all()
+    return (out, lse), reference, selects
+
+
+@pytest.mark.parametrize("num_heads", [16, 128])
+@pytest.mark.parametrize("route, kv_cache_dtype", NAN_PROPAGATING)
+def test_nan_latent_propagates_to_the_tokens_that_select_it(route, kv_cache_dtype, num_heads):
+    (out, lse), (ref_out, ref_lse), selects = _nan_step(route, kv_cache_dtype, num_heads)
     assert torch.isnan(out[selects]).any(dim=-1).all() and torch.isnan(lse[selects]).all(), \
         f"{route}: a NaN latent in a selected slot expected NaN in the output and LSE of its tokens"
-    _, (ref_out, ref_lse) = _reference(batch, q_nope, q_rope, kv_cache)
-    assert torch.isnan(ref_lse[selects]).all()
     testing.assert_attention_close(out[~selects], lse[~selects], ref_out[~selects], ref_lse[~selects],
                                    f"{route}/{kv_cache_dtype}: tokens that do not select the NaN slot")
+
+
+@pytest.mark.parametrize("num_heads", [16, 128])
+def test_fa3_route_keeps_a_nan_latent_out_of_the_output(num_heads):
+    (out, lse), (ref_out, ref_lse), selects = _nan_step("fa3", "auto", num_heads)
+    assert torch.isfinite(out[selects]).all() and not torch.isnan(lse[selects]).any(), \
+        "fa3: FA3's softmax drops a row whose sum is NaN (docs/using.md), expected no NaN in its tokens"
+    testing.assert_attention_close(out[~selects], lse[~selects], ref_out[~selects], ref_lse[~selects],
+                                   "fa3/bf16: tokens that do not select the NaN slot")
+
