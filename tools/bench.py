@@ -8,7 +8,7 @@ For every point of the grid heads N x tokens T (DeepSeek-V3.2 decode: one query 
 ``--context`` positions per request, top-k 2048 random distinct positions per token) it times, by
 CUDA-graph replay after warm-up, the median µs per call of
 
-* ``fa3``: the backend's FA3 route, index conversion (``cc/topk_to_slots_kernel.cu``) + FA3, one op call;
+* ``fa3``: the backend's FA3 route, index conversion (``cc/fa3/topk_to_slots_kernel.cu``) + FA3, one op call;
 * ``triton``: ``sparse_mla.kernels.sparse_mla_attention`` (its default launch configuration);
 * ``routed``: ``sparse_mla.backend.SparseMLAImpl.forward`` as routed by ``sparse_mla.routing``;
 * ``fa3_kernel``: the bare FA3 call of the FA3 route on a page table converted once, outside the

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Kernel iteration on the GPU machine without Bazel: builds the decode op library (cc/sparse_decode_op.cc,
-# the metadata op and kernel) once per variant of the decode kernel's source with nvcc and g++ directly
+# Kernel iteration on the GPU machine without Bazel: builds the decode op library (cc/decode/decode_op.cc,
+# the metadata op and kernel) once per variant of a decode kernel's template with nvcc and g++ directly
 # (the flags of tools/cuda/flags.bzl), then times each variant with tools/bench.py's decode path, and
 # optionally profiles it with Nsight Compute. Outputs go to $OUT (default ./gpu_out/variants).
 #
-# Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cu... [-- bench flags]
-#   VARIANT.cu: a copy of cc/sparse_decode_kernel.cu, or of cc/sparse_decode_wide_kernel.cu when its
-#   name contains "wide" (keep experiments in the git-ignored .device/); the other kernel is the
-#   committed one. Each is named after its file's basename; names starting with "baseline_" are taken
-#   (the committed kernels' objects). Only variants are timed: time the committed kernel as a copy.
+# Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cuh... [-- bench flags]
+#   VARIANT.cuh: a copy of cc/decode/narrow/narrow_kernel.cuh, or of cc/decode/wide/wide_kernel.cuh when
+#   its name contains "wide" (keep experiments in the git-ignored .device/); the family's instantiation
+#   files are compiled against it, the other family is the committed one. Each is named after its
+#   file's basename; names starting with "baseline_" are taken (the committed kernels' objects). Only
+#   variants are timed: time the committed kernel as a copy.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons, memory and source sections; text report in $OUT).
 #   --tests: per variant, tests/ops/test_decode_gpu.py against its library.
@@ -40,25 +41,48 @@ torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(tor
 build=/tmp/decode_variants
 mkdir -p "$build"
 
+# compile_family NAME ROOT SOURCES...: the sources into $build/NAME/, with ROOT searched first for the
+# headers (a variant's overlay, or . for the committed kernels); ptxas' report into $out/NAME.ptxas.txt.
+compile_family() {
+  local name=$1 root=$2 src
+  shift 2
+  mkdir -p "$build/$name"
+  for src in "$@"; do
+    nvcc -I"$root" "${nvcc_flags[@]}" -c "$src" -o "$build/$name/$(basename "$src" .cu).o" \
+      > "$build/$name/$(basename "$src" .cu).log" 2>&1 &
+  done
+  wait
+  cat "$build/$name"/*.log > "$out/$name.ptxas.txt"
+}
+narrow_sources=(cc/decode/narrow/instantiations/*.cu)
+wide_sources=(cc/decode/wide/instantiations/*.cu)
+
 # The parts every variant shares, compiled once and in parallel.
-g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/sparse_decode_op.cc -o "$build/op.o" &
-g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/token_metadata_op.cc -o "$build/tm_op.o" &
-nvcc "${nvcc_flags[@]}" -c cc/token_metadata_kernel.cu -o "$build/tm_kernel.o" > "$build/tm_kernel.log" 2>&1 &
-nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_kernel.cu -o "$build/baseline_narrow.o" > "$out/baseline_narrow.ptxas.txt" 2>&1 &
-nvcc "${nvcc_flags[@]}" -c cc/sparse_decode_wide_kernel.cu -o "$build/baseline_wide.o" > "$out/baseline_wide.ptxas.txt" 2>&1 &
+g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/decode/decode_op.cc -o "$build/op.o" &
+g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/metadata/token_metadata_op.cc -o "$build/tm_op.o" &
+compile_family shared . cc/decode/launch.cu cc/decode/wide/wide_launch.cu cc/decode/split_merge/instantiations/*.cu \
+  cc/metadata/token_metadata_kernel.cu &
+compile_family baseline_narrow . "${narrow_sources[@]}" &
+compile_family baseline_wide . "${wide_sources[@]}" &
 for source in "${variants[@]}"; do
-  name=$(basename "$source" .cu)
-  nvcc "${nvcc_flags[@]}" -c "$source" -o "$build/$name.o" > "$out/$name.ptxas.txt" 2>&1 &
+  name=$(basename "$source" .cuh)
+  case "$name" in
+    *wide*) header=cc/decode/wide/wide_kernel.cuh sources=("${wide_sources[@]}") ;;
+    *) header=cc/decode/narrow/narrow_kernel.cuh sources=("${narrow_sources[@]}") ;;
+  esac
+  mkdir -p "$build/$name/overlay/$(dirname "$header")"
+  cp "$source" "$build/$name/overlay/$header"
+  compile_family "$name" "$build/$name/overlay" "${sources[@]}" &
 done
 wait
 summary=$out/summary.txt
 : > "$summary"
 for source in "${variants[@]}"; do
-  name=$(basename "$source" .cu)
+  name=$(basename "$source" .cuh)
   lib=$build/lib_$name.so
-  other=$build/baseline_wide.o
-  case "$name" in *wide*) other=$build/baseline_narrow.o ;; esac
-  if ! g++ -shared -o "$lib" "$build/op.o" "$build/tm_op.o" "$build/tm_kernel.o" "$build/$name.o" "$other" \
+  other=$build/baseline_wide
+  case "$name" in *wide*) other=$build/baseline_narrow ;; esac
+  if ! g++ -shared -o "$lib" "$build/op.o" "$build/tm_op.o" "$build"/shared/*.o "$build/$name"/*.o "$other"/*.o \
       -L"$torch_lib" -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda -L"$cuda/lib64" -lcudart; then
     echo "$name: build failed (see $out/$name.ptxas.txt)" | tee -a "$summary"
     continue

@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "cc/fa3_api.h"
+#include "cc/fa3/fa3_api.h"
 
 int main() {
   auto op = c10::Dispatcher::singleton().findSchema(c10::OperatorName("sparse_mla_fa3::fwd", ""));

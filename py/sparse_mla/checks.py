@@ -125,7 +125,7 @@ def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:
 
     The slot width is the last dimension: 576 bf16 values, or 656 bytes for the uint8 fp8_ds_mla cache
     (:mod:`sparse_mla.kv_cache_format`). FA3's page-size-1 view and the slot ids of
-    the index conversion (``cc/topk_to_slots_kernel.cu``) address slot ``p`` of block ``b`` as row
+    the index conversion (``cc/fa3/topk_to_slots_kernel.cu``) address slot ``p`` of block ``b`` as row
     ``b * block_stride_rows + p`` of a flat `[rows, slot_width]` view, which needs slot stride
     ``slot_width``, unit element stride, and a block stride that is a whole number of slots:
     ``stride(0) % slot_width == 0`` and ``stride(0) >= 64 * slot_width``. vLLM pads the block stride when

@@ -1,6 +1,6 @@
 """Which entries of a token's top-k row a rank attends: the row's length and the rank's decode-context-
 parallel (DCP) shard of the KV cache. Every route applies both inside its own index handling (the CUDA
-kernels through ``cc/topk_filter.h``, the Triton kernel in its index loop); this module holds the
+kernels through ``cc/common/topk_filter.h``, the Triton kernel in its index loop); this module holds the
 configuration, its checks and the plain-PyTorch version of the rule (tests, references).
 
 DCP, as vLLM 0.33.0 shards the latent cache (``vllm/v1/attention/backends/mla/sparse_utils.py``,

@@ -311,7 +311,7 @@ _RAMP_LOG2 = {  # score offsets along a top-k row, log2 units, of row index i of
 @pytest.mark.parametrize("profile", sorted(_RAMP_LOG2))
 def test_scores_climbing_along_the_row(profile, single_split, num_heads, cache_format):
     """Scores that climb along the top-k row, so that the kernels' running maximum keeps moving by less
-    and more than the lazy rescaling's slack of 8 log2 units (cc/sparse_decode_device.cuh): q_rope is
+    and more than the lazy rescaling's slack of 8 log2 units (cc/decode/components/softmax.cuh): q_rope is
     e_0 for every head and each slot's k_rope[0] adds the profile's offset for its row index (on top of
     the random q_nope . c_kv scores), probabilities reach 2^8 before a rescale. Both kernels, both
     formats (k_rope is bf16 in fp8_ds_mla too), one split (64 stages on one CTA) and the planner's."""

@@ -1,5 +1,5 @@
 """Top-k index conversion in Triton, for the tests and the benchmark (the FA3 route runs the CUDA one,
-``cc/topk_to_slots_kernel.cu``): request-local positions to global KV-cache slot ids, valid ones first.
+``cc/fa3/topk_to_slots_kernel.cu``): request-local positions to global KV-cache slot ids, valid ones first.
 
 The lightning indexer gives each query token up to ``topk`` positions inside its own request
 (``-1`` = none, anywhere in the row). FA3 reads a page table of slot ids (page size 1) and attends the

@@ -9,7 +9,7 @@ Local override: SGL_ATTN_SRC_DIR=/abs/path/to/a/checkout (needs hopper/flash_api
 Downloaded only with SPARSE_MLA_ENABLE_CUDA=1 (--config=sm90); placeholders otherwise.
 """
 
-load("//cc:fa3_config.bzl", "FA3_UPSTREAM_FILES")
+load("//cc/fa3:fa3_config.bzl", "FA3_UPSTREAM_FILES")
 load("//third_party:pinned_source.bzl", "pinned_source_repository")
 
 SGL_ATTN_COMMIT = "bcf72ccc6816b36a5fae2c5a3c027604629785e0"

@@ -18,7 +18,9 @@ import torch
 from sparse_mla.ops import decode
 from sparse_mla.ops.library import library_path
 
-STABLE_LIBRARIES = {decode.LIBRARY_NAME: (decode.LIBRARY_ENV, ["cc/sparse_decode_op.cc", "cc/token_metadata_op.cc"])}
+STABLE_LIBRARIES = {
+    decode.LIBRARY_NAME: (decode.LIBRARY_ENV, ["cc/decode/decode_op.cc", "cc/metadata/token_metadata_op.cc"]),
+}
 """The wheel's stable-ABI libraries: the environment variable that would override them, their op sources."""
 
 CPP_API_SYMBOL = re.compile(r"\b_ZN?K?(2at|3c10|5torch)\w*")

@@ -1,4 +1,4 @@
-"""The latency-first sparse-MLA decode kernel (``cc/sparse_decode_kernel.cu``) as the torch op
+"""The latency-first sparse-MLA decode kernels (``cc/decode/``) as the torch op
 ``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call. The same library
 holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 
@@ -7,8 +7,8 @@ its slice of a token's top-k row and attends them on its own; the 8 CTAs of a cl
 slices through distributed shared memory (small grids), or one CTA takes a whole split (large
 grids), and (when a token's positions are split over several clusters) the last-arriving CTA merges
 the splits (the wide kernel: a second launch, 32 CTAs per token and head group). A CTA serves 16 or
-32 heads (``cc/sparse_decode_kernel.cu``), or 64 on the wide kernel
-(``cc/sparse_decode_wide_kernel.cu``, ``head_tiles`` 4), which gathers and dequantizes each slot once
+32 heads (``cc/decode/narrow/narrow_kernel.cuh``), or 64 on the wide kernel
+(``cc/decode/wide/wide_kernel.cuh``, ``head_tiles`` 4), which gathers and dequantizes each slot once
 for all of them. The kernel files' headers say how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
@@ -41,7 +41,7 @@ LIBRARY_ENV = "SPARSE_MLA_DECODE_LIBRARY"
 
 CLUSTER_SIZE = 8
 """CTAs per cluster of a small grid, i.e. slices of one split; rank r merges output columns
-[64 r, 64 r + 64) (``kClusterSize`` in cc/sparse_decode.h). The workspace is laid out for it."""
+[64 r, 64 r + 64) (``kClusterSize`` in cc/decode/params.h). The workspace is laid out for it."""
 
 CLUSTER_SIZES = (CLUSTER_SIZE, 1)
 """CTAs per split the kernel is built for: 8 (slices merged through distributed shared memory) or 1."""
@@ -294,7 +294,7 @@ def plan(
 
 
 def narrow_head_tiles(num_heads: int) -> int:
-    """Head tiles of the first kernel (``cc/sparse_decode_kernel.cu``) for ``num_heads``: 1 (16 heads
+    """Head tiles of the first kernel (``cc/decode/narrow/``) for ``num_heads``: 1 (16 heads
     per CTA) up to 16 heads, else 2 (32 heads per CTA; more heads take several head groups)."""
     return 1 if num_heads <= HEAD_TILE_ROWS else 2
 

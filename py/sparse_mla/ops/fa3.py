@@ -208,8 +208,8 @@ def sparse_mla_layer(
 ) -> None:
     """One layer of the FA3 route in one op call: index conversion into ``page_table``, then FA3.
 
-    ``sparse_mla_fa3::sparse_mla_fwd`` (cc/fa3_sparse_mla_op.cc) launches our conversion kernel
-    (cc/topk_to_slots_kernel.cu: valid slot ids first in their order, then 0, the counts into
+    ``sparse_mla_fa3::sparse_mla_fwd`` (cc/fa3/fa3_sparse_mla_op.cc) launches our conversion kernel
+    (cc/fa3/topk_to_slots_kernel.cu: valid slot ids first in their order, then 0, the counts into
     ``cache_seqlens``; the same result as :func:`sparse_mla.reference.topk_to_slots_reference`) and
     FA3 on the cache viewed as pages of one slot, from C++: one dispatcher call instead of a Triton
     launch and a 36-argument FA3 call (host time per layer).

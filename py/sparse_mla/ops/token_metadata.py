@@ -1,5 +1,5 @@
 """The metadata builder's per-token work as one CUDA launch: ``sparse_mla_decode::token_metadata``
-(``cc/token_metadata_kernel.cu``, in the decode kernel's op library).
+(``cc/metadata/token_metadata_kernel.cu``, in the decode kernel's op library).
 
 :class:`sparse_mla.backend.SparseMLAMetadataBuilder` uses it on a CUDA device where the library is
 built, and eight PyTorch ops (the same function) elsewhere: one dispatcher call instead of eight is

@@ -1,0 +1,51 @@
+// The slot gather of the decode kernels: cp.async copies of whole cache slots into a shared-memory ring.
+#pragma once
+
+#include <cstdint>
+
+#include "cc/common/mla_layout.h"
+#include "cc/common/ptx.cuh"
+#include "cc/decode/components/cta_work.cuh"
+#include "cc/decode/params.h"
+
+namespace sparse_mla {
+namespace decode {
+
+// Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
+// 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the kBlockThreads threads running it (the CTA's,
+// or one warpgroup's: consecutive threads): kBlockThreads / kChunk consecutive threads copy one slot,
+// its address computed once, each of them every (kBlockThreads / kChunk)-th 16-byte piece of it,
+// piece `part` of slot r to `destination(r, part)` in shared memory (the kernel's staging layout).
+// Masked rows are zero-filled, never read.
+template <int kChunk, bool kFp8, int kBlockThreads = kThreads, typename Destination>
+__device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, Destination destination) {
+  constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
+  constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
+  const int tid = threadIdx.x % kBlockThreads, r = tid / kThreadsPerSlot;
+  const int row = rows[r];
+  // Masked rows: the cache's first slot, a valid address (its pieces lie within it), nothing read.
+  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
+  if (row >= 0)
+    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
+#pragma unroll
+  for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
+    cp_async_16(destination(r, part), src + part * 16, row >= 0);
+}
+
+// Starts a cp.async ring of kStages gathered chunks, `issue(c)` copying chunk c into stage c % kStages:
+// issues chunks 0..kStages - 2, one commit group each (empty past num_chunks). The kernel then commits
+// one group per chunk it takes on, so `cp_async_wait<kStages - 2>` finds the oldest chunk not yet
+// awaited landed (for this thread; a barrier makes it every thread's).
+template <int kStages, typename Issue>
+__device__ __forceinline__ void start_gather_ring(const Issue& issue, int num_chunks) {
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_chunks) issue(s);
+    cp_async_commit();
+  }
+}
+
+}  // namespace decode
+}  // namespace sparse_mla

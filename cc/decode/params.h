@@ -1,0 +1,64 @@
+// The decode kernels' launch parameters and geometry. No torch types here: the kernels' translation
+// units compile with nvcc alone; cc/decode/decode_op.cc validates tensors and fills SparseDecodeParams.
+#pragma once
+
+#include <cstdint>
+
+#include "cc/common/mla_layout.h"
+#include "cc/common/topk_filter.h"
+
+namespace sparse_mla {
+namespace decode {
+
+// The kernel's geometry; sparse_mla.ops.decode repeats the numbers its planner needs (CLUSTER_SIZES,
+// CTA_CHUNKS, HEAD_TILE_ROWS, MAX_SPLITS). A split covers a multiple of cluster_size * cta_chunk positions.
+constexpr int kClusterSize = 8;        // CTAs that share one split of a token's positions (the other size is 1)
+constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
+constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
+constexpr int kMaxPositionsPerSplit = 8192;
+
+struct SparseDecodeParams {
+  // Queries: [T, N, 512] and [T, N, 64] bf16, last dimension contiguous, strides in elements.
+  const void* q_nope;
+  int64_t q_nope_token_stride, q_nope_head_stride;
+  const void* q_rope;
+  int64_t q_rope_token_stride, q_rope_head_stride;
+  // Cache [num_blocks, 64, 576] bf16 or [num_blocks, 64, 656] uint8 fp8_ds_mla (kv_fp8 = 1), slot
+  // elements contiguous, strides in elements of the cache's dtype.
+  const void* kv_cache;
+  int64_t kv_block_stride, kv_slot_stride;
+  int kv_fp8;
+  int num_blocks;
+  // Top-k request-local positions [T, topk] int32 (-1 = none), and where they live.
+  const int32_t* topk_indices;
+  int64_t topk_token_stride;
+  int topk;
+  const int32_t* req_id;        // [T] block-table row of each token
+  const int32_t* token_kv_len;  // [T] positions the token may attend
+  const int32_t* block_table;   // [num_reqs, max_blocks_per_req]
+  int64_t block_table_stride;
+  int max_blocks_per_req;
+  const int32_t* topk_length;   // [T] entries of each row to read (columns past it are -1), or nullptr
+  DcpShard dcp;                 // the shard of the cache this rank holds (positions are global)
+  // Output [T, N, 512] bf16 (last dimension contiguous) and optional LSE [T, N] fp32 (natural log).
+  void* out;
+  int64_t out_token_stride, out_head_stride;
+  float* lse;
+  // Split-KV workspace (num_splits > 1): partial outputs, base-2 LSEs and arrival counters (zero
+  // between launches; the last arriving CTA of a group resets its counter).
+  float* partial_out;   // [T, head_groups, num_splits, heads_per_cta, 512] fp32 (the wide kernel from
+                        // wide::kBf16PartialMinSplits splits on: bf16, in the first half)
+  float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
+  int32_t* counters;    // [T, head_groups, kClusterSize]
+  int num_tokens, num_heads;
+  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2} (cc/decode/narrow/) or 4 (cc/decode/wide/)
+  int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
+  int cluster_size;     // CTAs per split: kClusterSize (slices merged through DSMEM) or 1 (large grids)
+  int head_groups;      // ceil(num_heads / heads per CTA)
+  int num_splits;       // position splits per token
+  int positions_per_split;  // multiple of cluster_size * cta_chunk; splits past topk see only invalid entries
+  float scale_log2;     // softmax_scale * log2(e)
+};
+
+}  // namespace decode
+}  // namespace sparse_mla

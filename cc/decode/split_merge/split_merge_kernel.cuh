@@ -1,0 +1,77 @@
+// The split merge as a kernel of its own: the second launch of the 64-head decode kernel with several
+// splits, which merges every split's partial output of a (token, head group).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cc/common/mla_layout.h"
+#include "cc/common/ptx.cuh"
+#include "cc/decode/components/cta_work.cuh"
+#include "cc/decode/kernel_launcher.cuh"
+#include "cc/decode/params.h"
+#include "cc/decode/split_merge/merge_splits.cuh"
+#include "cc/decode/split_merge/split_merge_kernel.h"
+#include "cc/decode/wide/wide.h"
+
+namespace sparse_mla {
+namespace decode {
+namespace split_merge {
+
+constexpr int kHeads = kHeadTileRows * wide::kHeadTiles;  // the wide kernel's 64 heads per CTA
+
+// The split merge launch: kMergeSlices CTAs per (token, head group), each kMergeCols output columns of
+// the 64 heads (4 columns a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
+// by load latency, so it is spread wide: with 8 CTAs of 64 columns (4 float4s a thread, 8 splits at
+// once) it took 14.5 of 38 µs at N = 64, T = 8 (16 splits) and 44 of 58 at T = 1 (64 splits) on the
+// H200 (measured with the merge left out, results/2026-11-30-h200/release6/README.md). The splits' LSEs
+// are read from slot 0 of the workspace's kClusterSize slots per split.
+constexpr int kMergeSlices = 32;
+constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
+constexpr int kMergeUnroll = 16;
+static_assert(kHeads * kMergeCols / 4 == kThreads, "4 columns of the merge per thread");
+
+// The split merge starts early (a programmatic dependent launch) up to this many splits. Measured on the
+// H200, the decode kernel alone, bf16 / fp8_ds_mla µs, early vs after the kernel (release 12, call 104):
+// up to 16 splits 0.5-2 µs faster everywhere (N = 32, T = 16: 26.1 / 28.3 vs 26.9 / 28.9; N = 64, T = 32
+// 43.8 / 47.2 vs 45.1 / 48.4; N = 128, T = 8 26.4 / 27.9 vs 27.3 / 29.0); at 32 and 64 splits, where the
+// kernel fills all but a few SMs, the early CTAs crowd onto those few and the merge of many partials
+// slows: N = 128, T = 1 20.3 vs 15.4; N = 64, T = 2 20.7 vs 15.9 (but N = 64, T = 1, 64 CTAs: 13.4 vs 14.4).
+constexpr int kEarlyMergeMaxSplits = 16;
+
+// The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every
+// split of (token, head group) g of its launch's tokens, and writes them (and, c = 0, the LSE);
+// Partial: how the kernel stored the partials (kBf16PartialMinSplits). Up to kEarlyMergeMaxSplits
+// splits it is a programmatic dependent launch: its CTAs start as the kernel's CTAs leave SMs and wait
+// there for the whole kernel.
+template <typename Partial>
+__global__ void __launch_bounds__(kThreads) merge_splits_kernel(const SparseDecodeParams p) {
+  const int slice = blockIdx.x;
+  const int64_t group_index = blockIdx.y;
+  const int token = static_cast<int>(group_index / p.head_groups);
+  const int head_base = static_cast<int>(group_index % p.head_groups) * kHeads;
+  wait_for_prerequisite_grids();  // every split's partial output and LSE are written
+  merge_splits<kHeads, kMergeCols, kMergeUnroll, Partial>(p, token, head_base, group_index, 0, slice * kMergeCols);
+}
+
+template <typename Partial>
+cudaError_t launch_split_merge(const SparseDecodeParams& params, cudaStream_t stream) {
+  return for_token_slices(params, [&](const SparseDecodeParams& part, int count) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(kMergeSlices, count * part.head_groups);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute early;  // launched while the kernel's last CTAs run: its launch latency is hidden
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &early;
+    config.numAttrs = part.num_splits <= kEarlyMergeMaxSplits ? 1 : 0;
+    return cudaLaunchKernelEx(&config, merge_splits_kernel<Partial>, part);
+  });
+}
+
+}  // namespace split_merge
+}  // namespace decode
+}  // namespace sparse_mla
