@@ -13,12 +13,10 @@ import sparse_mla_testing as testing
 from sparse_mla.constants import FP8_DS_MLA_SLOT_BYTES, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla.fp8_ds_mla import E4M3_NAN_CODE, quantize_slots
 from sparse_mla.kernels.kv_cache_writer import write_kv
-from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
+from sparse_mla.kernels.triton_support import kernel_device_type
+from sparse_mla_testing.markers import requires_triton_device
 
-pytestmark = pytest.mark.skipif(
-    not interpreting() and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (CPU) or a CUDA device to run the Triton kernel",
-)
+pytestmark = requires_triton_device
 
 DEVICE = torch.device(kernel_device_type())
 NUM_BLOCKS = 6

@@ -9,12 +9,10 @@ import sparse_mla_testing as testing
 from sparse_mla.constants import INDEX_TOPK, KV_BLOCK_SIZE, KV_CACHE_HEAD_SIZE
 from sparse_mla_testing.topk_to_slots import slot_rows_view, topk_to_slots
 from sparse_mla.reference import topk_to_slots_reference
-from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
+from sparse_mla.kernels.triton_support import kernel_device_type
+from sparse_mla_testing.markers import requires_triton_device
 
-pytestmark = pytest.mark.skipif(
-    not interpreting() and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (CPU) or a CUDA device to run the Triton kernel",
-)
+pytestmark = requires_triton_device
 
 DEVICE = torch.device(kernel_device_type())
 POISON = 0x7F7F7F7F

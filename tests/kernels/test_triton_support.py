@@ -7,12 +7,10 @@ import triton
 import triton.language as tl
 
 import sparse_mla_testing as testing
+from sparse_mla_testing.markers import requires_triton_device
 from sparse_mla.kernels.triton_support import bf16_rne, dot_in_fp32, interpreting, kernel_device_type
 
-pytestmark = pytest.mark.skipif(
-    not interpreting() and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (CPU) or a CUDA device to run the Triton kernel",
-)
+pytestmark = requires_triton_device
 
 TILE = 16
 MAX_REL_ERR = 1e-2
