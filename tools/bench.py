@@ -258,6 +258,24 @@ def quantized_cache(kv_cache: torch.Tensor) -> torch.Tensor:
     return cache
 
 
+def grid_caches(
+    tokens: Sequence[int], formats: Sequence[kv_cache_format.KVCacheFormat], l2_bytes: int, gen: torch.Generator,
+    info: Dict[str, str],
+) -> Tuple[Dict[int, int], Dict[str, torch.Tensor]]:
+    """The input copies per T of a grid over ``tokens`` (:func:`num_copies` in the narrowest of ``formats``) and
+    one cache per format name holding them all: bf16 from :func:`make_cache`, fp8_ds_mla its quantization
+    (:func:`quantized_cache`, same values up to it). Prints their size with ``info``."""
+    narrowest = min(f.slot_bytes for f in formats)
+    copies_of = {t: num_copies(t, FLAGS.topk, l2_bytes, narrowest) for t in tokens}
+    num_blocks = max(copies_of[t] * t for t in tokens) * blocks_per_context(FLAGS.context)
+    cache_gib = sum(num_blocks * KV_BLOCK_SIZE * f.slot_bytes for f in formats) / 2**30
+    print(f"caches: {num_blocks} blocks each of {', '.join(f.name for f in formats)} ({cache_gib:.1f} GiB); "
+          f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
+    bf16_cache = make_cache(num_blocks, gen)
+    caches = {f.name: bf16_cache if f is kv_cache_format.BF16 else quantized_cache(bf16_cache) for f in formats}
+    return copies_of, caches
+
+
 def reference_out(copy: Copy, kv_cache: torch.Tensor) -> torch.Tensor:
     b = copy.batch
     slot_ids = reference.global_slot_ids_reference(b.topk_indices, b.req_id, b.token_kv_len, b.block_table, kv_cache.shape[0])
@@ -507,9 +525,10 @@ def print_table(rows: List[dict], columns: Sequence[str], bounds: Sequence[str])
         print(" | ".join(f"{c:>{width}}" for c in cells))
 
 
-def plot(path: str, rows: List[dict], columns: Sequence[str], bounds: Sequence[str], info: Dict[str, str]) -> bool:
-    """µs vs T of ``columns`` and ``bounds`` (dashed), log-log, one panel per N; ``False`` (no file) when
-    matplotlib is not installed."""
+def plot(path: str, rows: List[dict], columns: Sequence[str], bounds: Sequence[str], info: Dict[str, str],
+         ylabel: str = "µs per call (CUDA graph)") -> bool:
+    """µs vs T of ``columns`` and ``bounds`` (dashed), log-log, one panel per N, the y axis named ``ylabel``;
+    ``False`` (no file) when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -535,7 +554,7 @@ def plot(path: str, rows: List[dict], columns: Sequence[str], bounds: Sequence[s
         ax.set_xticks(ts, [str(t) for t in ts])
         ax.set_yscale("log")
         ax.set_xlabel("tokens T")
-        ax.set_ylabel("µs per call (CUDA graph)")
+        ax.set_ylabel(ylabel)
         ax.set_title(f"N = {n} heads, top-k {FLAGS.topk}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
@@ -579,20 +598,12 @@ def run_grid(info: Dict[str, str]) -> None:
         skipped.add("decode")
     to_run = [(p, f) for p, f in pairs if p not in skipped]
 
-    per_context = blocks_per_context(FLAGS.context)
-    narrowest = min(f.slot_bytes for f in formats)
-    copies_of = {t: num_copies(t, FLAGS.topk, l2_bytes, narrowest) for t in tokens}
-    num_blocks = max(copies_of[t] * t for t in tokens) * per_context
-    cache_gib = sum(num_blocks * KV_BLOCK_SIZE * f.slot_bytes for f in formats) / 2**30
-    print(f"caches: {num_blocks} blocks each of {', '.join(f.name for f in formats)} ({cache_gib:.1f} GiB); "
-          f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)
     triton_formats = {f.name for p, f in to_run if p in ("triton", "routed")}
-    precompile([(t, n, FLAGS.topk, per_context, None, name)
+    precompile([(t, n, FLAGS.topk, blocks_per_context(FLAGS.context), None, name)
                 for name in sorted(triton_formats) for n in heads for t in tokens], num_sms)
     gen = testing.make_generator(device, FLAGS.seed)
-    bf16_cache = make_cache(num_blocks, gen)
-    caches = {f.name: bf16_cache if f is kv_cache_format.BF16 else quantized_cache(bf16_cache) for f in formats}
-    del bf16_cache  # kept by caches where bf16 is timed; otherwise only the quantizer's source
+    copies_of, caches = grid_caches(tokens, formats, l2_bytes, gen, info)
+    num_blocks = next(iter(caches.values())).shape[0]
 
     def time_pairs(row, copies, refs, timed):
         for p, f in timed:
@@ -860,18 +871,23 @@ def run_host_time(info: Dict[str, str]) -> None:
     print(f"wrote {path}")
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
+def check_flags() -> None:
+    """The flags every mode reads (also ``tools/model_step_bench.py``'s): ``app.UsageError`` naming a bad one."""
     if FLAGS.out_dir is None:
         raise app.UsageError("--out_dir is required")
-    gpu_modes = FLAGS.fa3_splits or FLAGS.sweep or not FLAGS.host_time
-    if not torch.cuda.is_available() and gpu_modes:
-        raise app.UsageError("the benchmark needs a CUDA GPU (only --host_time runs without one)")
     unknown = [name for name in FLAGS.cache_formats if name not in routing.CACHE_FORMATS]
     if unknown or not FLAGS.cache_formats:
         raise app.UsageError(f"--cache_formats expected names of {routing.CACHE_FORMATS}, got {FLAGS.cache_formats}")
     if FLAGS.context < FLAGS.topk:
         raise app.UsageError(f"--context ({FLAGS.context}) must be >= --topk ({FLAGS.topk})")
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    check_flags()
+    gpu_modes = FLAGS.fa3_splits or FLAGS.sweep or not FLAGS.host_time
+    if not torch.cuda.is_available() and gpu_modes:
+        raise app.UsageError("the benchmark needs a CUDA GPU (only --host_time runs without one)")
     info = provenance()
     modes = [run for flag, run in ((bool(FLAGS.fa3_splits), run_fa3_splits),
                                    (FLAGS.sweep, run_sweep), (FLAGS.host_time, run_host_time)) if flag]
