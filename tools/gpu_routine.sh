@@ -6,8 +6,8 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [host_time] [decode]
-#        [memcheck] [-- extra bench flags]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [model_step] [host_time]
+#        [decode] [memcheck] [-- extra bench flags]
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
 #   against an FA3 library of an earlier build when FA3's sources have not changed.
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
@@ -27,6 +27,10 @@
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
 #   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
 #   py/sparse_mla/routing_table.json and copied to $OUT/bench/).
+#   model_step: attention inside a decode step (tools/model_step_bench.py): 61 layers of a stand-in indexer,
+#   write_kv and the routed forward in one CUDA graph, with and without the forward, next to the back-to-back
+#   forward, both cache formats, N 16, 64, 128 x T 1..16, into $OUT/model_step/ (model_step.csv, .png, .log; its
+#   summary line into summary.txt); after bench it runs with the routing table bench wrote. Extra flags apply.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}
@@ -131,6 +135,15 @@ for step in "${steps[@]}"; do
       cp -f py/sparse_mla/routing_table.json "$out/bench/"
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    model_step)
+      mkdir -p "$out/model_step"
+      "$bazel" run "${flags[@]}" //tools:model_step_bench -- --out_dir="$out/model_step" "$@" \
+        > "$out/model_step/model_step.log" 2>&1
+      rc=$?
+      tail -40 "$out/model_step/model_step.log"
+      echo "model_step: rc=$rc $(grep '^summary:' "$out/model_step/model_step.log" | tail -1)" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     ab)
