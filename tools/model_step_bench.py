@@ -26,8 +26,9 @@ replay divided by the layers):
 Cold L2 as in ``tools/bench.py``: each layer has its own queries, new rows, output and cache of the step's
 blocks (a slice of one large cache), up to as many caches as ``tools/bench.py`` rotates input copies at that T
 (enough to gather 4x the L2 in rows, at most 64); more layers rotate over them (``layer_caches``, and
-``rotation_l2`` = the rows the distinct caches give one step over the L2's size: at small T, L = 61 layers
-gather less than 4x the L2, as in the model). Columns and files as ``tools/bench.py``'s:
+``rotation_l2`` = the rows the distinct caches give one step over the L2 size the device reports). At T = 1
+the 61 layers' rows are 61 x 2048 x 656 bytes = 82 MB (fp8_ds_mla) or 144 MB (bf16), about what the back-to-back
+rotation's 64 copies gather. Columns and files as ``tools/bench.py``'s:
 bf16 columns plain (``step_us``, ``attention_us``, ...), fp8_ds_mla ones with ``_fp8`` (``step_fp8_us``, ...),
 ``route`` / ``route_fp8`` the route the step took, ``bound_us`` / ``bound_fp8_us`` the memory / compute bound
 of one forward; ``model_step.csv`` and ``model_step.png`` (µs per layer vs T, one panel per N) in
