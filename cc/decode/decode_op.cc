@@ -36,25 +36,35 @@ void check_workspace(const char* name, const OptionalTensor& t, ScalarType dtype
                        " elements, got ", t->numel());
 }
 
-// Heads per CTA (16 head_tiles: 16, 32, or 64 on the wide kernel, which has one stage size and one CTA
-// per split), a CTA's pipeline stage (16 or 32 positions), the CTAs of a split (8 or 1) and a split's
-// positions: its CTAs' whole stages.
-void check_launch_shape(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t positions_per_split) {
-  SPARSE_MLA_CHECK_ARG(head_tiles == 1 || head_tiles == 2 || head_tiles == wide::kHeadTiles,
-                       "sparse_mla: argument 'head_tiles' expected 1, 2 or ", wide::kHeadTiles, ", got ", head_tiles);
-  SPARSE_MLA_CHECK_ARG(cta_chunk == 16 || cta_chunk == 32,
-                       "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ", cta_chunk);
-  SPARSE_MLA_CHECK_ARG(cluster_size == kClusterSize || cluster_size == 1,
-                       "sparse_mla: argument 'cluster_size' expected ", kClusterSize, " or 1, got ", cluster_size);
-  SPARSE_MLA_CHECK_ARG(
-      head_tiles != wide::kHeadTiles || (cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster),
-      "sparse_mla: head_tiles=", head_tiles, " expected cta_chunk=", wide::kCtaChunk, " and cluster_size=",
-      wide::kCluster, ", got cta_chunk=", cta_chunk, " and cluster_size=", cluster_size);
+// The kernel (0: narrow, 1: wide) and its shape: heads per CTA (16 head_tiles: 16 or 32 on the narrow
+// kernel, 64 on the wide one, which has one stage size and one CTA per split), a CTA's pipeline stage (16 or
+// 32 positions), the CTAs of a split (8 or 1) and a split's positions: its CTAs' whole stages.
+DecodeKernel check_launch_shape(int64_t kernel, int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size,
+                                int64_t positions_per_split) {
+  SPARSE_MLA_CHECK_ARG(kernel == static_cast<int64_t>(DecodeKernel::kNarrow) ||
+                           kernel == static_cast<int64_t>(DecodeKernel::kWide),
+                       "sparse_mla: argument 'kernel' expected 0 (narrow) or 1 (wide), got ", kernel);
+  if (kernel == static_cast<int64_t>(DecodeKernel::kWide)) {
+    SPARSE_MLA_CHECK_ARG(
+        head_tiles == wide::kHeadTiles && cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster,
+        "sparse_mla: the wide kernel (kernel=1) expected head_tiles=", wide::kHeadTiles, ", cta_chunk=",
+        wide::kCtaChunk, " and cluster_size=", wide::kCluster, ", got head_tiles=", head_tiles, ", cta_chunk=",
+        cta_chunk, " and cluster_size=", cluster_size);
+  } else {
+    SPARSE_MLA_CHECK_ARG(head_tiles == 1 || head_tiles == 2,
+                         "sparse_mla: argument 'head_tiles' expected 1 or 2 on the narrow kernel (kernel=0), got ",
+                         head_tiles);
+    SPARSE_MLA_CHECK_ARG(cta_chunk == 16 || cta_chunk == 32,
+                         "sparse_mla: argument 'cta_chunk' expected 16 or 32, got ", cta_chunk);
+    SPARSE_MLA_CHECK_ARG(cluster_size == kClusterSize || cluster_size == 1,
+                         "sparse_mla: argument 'cluster_size' expected ", kClusterSize, " or 1, got ", cluster_size);
+  }
   const int64_t granule = cluster_size * cta_chunk;
   SPARSE_MLA_CHECK_ARG(positions_per_split > 0 && positions_per_split % granule == 0 &&
                            positions_per_split <= kMaxPositionsPerSplit,
                        "sparse_mla: argument 'positions_per_split' expected a positive multiple of ", granule,
                        " (cluster_size * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", positions_per_split);
+  return static_cast<DecodeKernel>(kernel);
 }
 
 // The opt-in shared-memory limit per block of CUDA device `index`, asked once per device.
@@ -71,8 +81,8 @@ int max_shared_memory_per_block(int index) {
 
 void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, const Tensor& topk_indices,
          const Tensor& req_id, const Tensor& token_kv_len, const Tensor& block_table, double softmax_scale,
-         int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t num_splits, int64_t positions_per_split,
-         const Tensor& out, const OptionalTensor& lse, const OptionalTensor& partial_out,
+         int64_t kernel, int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, int64_t num_splits,
+         int64_t positions_per_split, const Tensor& out, const OptionalTensor& lse, const OptionalTensor& partial_out,
          const OptionalTensor& partial_lse, const OptionalTensor& counters, const OptionalTensor& topk_length,
          int64_t dcp_rank, int64_t dcp_world_size, int64_t dcp_interleave) {
   SPARSE_MLA_CHECK_ARG(q_nope.is_cuda(), "sparse_mla: argument 'q_nope' expected a CUDA tensor, got ",
@@ -111,7 +121,8 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
                        format_ints(topk_indices.sizes()));
   SPARSE_MLA_CHECK_ARG(1 <= num_splits && num_splits <= kMaxSplits, "sparse_mla: argument 'num_splits' expected 1..",
                        kMaxSplits, ", got ", num_splits);
-  check_launch_shape(head_tiles, cta_chunk, cluster_size, positions_per_split);
+  const DecodeKernel decode_kernel =
+      check_launch_shape(kernel, head_tiles, cta_chunk, cluster_size, positions_per_split);
   SPARSE_MLA_CHECK_ARG(num_splits * positions_per_split >= topk, "sparse_mla: num_splits * positions_per_split = ",
                        num_splits * positions_per_split, " expected to cover topk = ", topk);
   const int64_t heads_per_cta = kHeadTileRows * head_tiles;
@@ -128,8 +139,9 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
 
   const torch::stable::accelerator::DeviceGuard guard(device);
   const int max_shared = max_shared_memory_per_block(device);
-  const int shared = shared_memory_bytes(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
-                                         static_cast<int>(cluster_size), static_cast<int>(positions_per_split));
+  const int shared =
+      shared_memory_bytes(decode_kernel, static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
+                          static_cast<int>(cluster_size), static_cast<int>(positions_per_split));
   SPARSE_MLA_CHECK_ARG(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
                        " bytes of shared memory per block for head_tiles=", head_tiles, ", positions_per_split=",
                        positions_per_split, "; this device allows ", max_shared);
@@ -163,16 +175,18 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   p.num_splits = static_cast<int>(num_splits);
   p.positions_per_split = static_cast<int>(positions_per_split);
   p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // log2(e)
+  p.kernel = decode_kernel;
   const cudaError_t error = launch_sparse_decode(p, current_cuda_stream(device));
   check_cuda(error, "decode kernel launch");
 }
 
-int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size, bool kv_fp8,
-                               int64_t positions_per_split) {
-  check_launch_shape(head_tiles, cta_chunk, cluster_size, positions_per_split);
+int64_t max_active_clusters_op(int64_t kernel, int64_t head_tiles, int64_t cta_chunk, int64_t cluster_size,
+                               bool kv_fp8, int64_t positions_per_split) {
+  const DecodeKernel decode_kernel =
+      check_launch_shape(kernel, head_tiles, cta_chunk, cluster_size, positions_per_split);
   int clusters = 0;
   const cudaError_t error =
-      max_active_clusters(static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
+      max_active_clusters(decode_kernel, static_cast<int>(head_tiles), static_cast<int>(cta_chunk), kv_fp8,
                           static_cast<int>(cluster_size), static_cast<int>(positions_per_split), &clusters);
   check_cuda(error, "cudaOccupancyMaxActiveClusters");
   return clusters;
@@ -185,14 +199,14 @@ int64_t max_active_clusters_op(int64_t head_tiles, int64_t cta_chunk, int64_t cl
 STABLE_TORCH_LIBRARY(sparse_mla_decode, m) {
   m.def(
       "fwd(Tensor q_nope, Tensor q_rope, Tensor kv_cache, Tensor topk_indices, Tensor req_id, "
-      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int head_tiles, int cta_chunk, "
+      "Tensor token_kv_len, Tensor block_table, float softmax_scale, int kernel, int head_tiles, int cta_chunk, "
       "int cluster_size, int num_splits, "
       "int positions_per_split, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!)? partial_out, "
       "Tensor(d!)? partial_lse, Tensor(e!)? counters, Tensor? topk_length=None, int dcp_rank=0, "
       "int dcp_world_size=1, int dcp_interleave=1) -> ()");
   m.def(
-      "max_active_clusters(int head_tiles, int cta_chunk, int cluster_size, bool kv_fp8, int positions_per_split) "
-      "-> int");
+      "max_active_clusters(int kernel, int head_tiles, int cta_chunk, int cluster_size, bool kv_fp8, "
+      "int positions_per_split) -> int");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(sparse_mla_decode, CUDA, m) { m.impl("fwd", TORCH_BOX(&sparse_mla::decode::fwd)); }

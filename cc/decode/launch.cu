@@ -36,15 +36,18 @@ cudaError_t dispatch(int head_tiles, int cta_chunk, bool fp8, int cluster_size, 
 
 }  // namespace
 
-// head_tiles = wide::kHeadTiles is the wide kernel's (one stage size, one cluster size).
-static bool is_wide(int head_tiles) { return head_tiles == wide::kHeadTiles; }
-static bool wide_shape(int cta_chunk, int cluster_size) {
-  return cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster;
+// The wide kernel's one shape: wide::kHeadTiles, one stage size, one CTA per split.
+static bool wide_shape(int head_tiles, int cta_chunk, int cluster_size) {
+  return head_tiles == wide::kHeadTiles && cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster;
 }
 
-int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split) {
-  if (is_wide(head_tiles)) return wide::shared_memory_bytes(fp8, positions_per_split);
+int shared_memory_bytes(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size,
+                        int positions_per_split) {
   int bytes = 0;  // an unbuilt shape: 0 (the op checks shapes first)
+  if (kernel == DecodeKernel::kWide) {
+    return wide_shape(head_tiles, cta_chunk, cluster_size) ? wide::shared_memory_bytes(fp8, positions_per_split)
+                                                           : bytes;
+  }
   dispatch(head_tiles, cta_chunk, fp8, cluster_size, [&](auto kernel) {
     bytes = kernel.total_shared_bytes(positions_per_split);
     return cudaSuccess;
@@ -53,17 +56,20 @@ int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_siz
 }
 
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {
-  if (is_wide(params.head_tiles))
-    return wide_shape(params.cta_chunk, params.cluster_size) ? wide::launch(params, stream) : cudaErrorInvalidValue;
+  if (params.kernel == DecodeKernel::kWide) {
+    return wide_shape(params.head_tiles, params.cta_chunk, params.cluster_size) ? wide::launch(params, stream)
+                                                                                : cudaErrorInvalidValue;
+  }
   return dispatch(params.head_tiles, params.cta_chunk, params.kv_fp8 != 0, params.cluster_size,
                   [&](auto kernel) { return kernel.launch(params, stream); });
 }
 
-cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split,
-                                int* clusters) {
-  if (is_wide(head_tiles))
-    return wide_shape(cta_chunk, cluster_size) ? wide::max_active_ctas(fp8, positions_per_split, clusters)
-                                               : cudaErrorInvalidValue;
+cudaError_t max_active_clusters(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size,
+                                int positions_per_split, int* clusters) {
+  if (kernel == DecodeKernel::kWide) {
+    return wide_shape(head_tiles, cta_chunk, cluster_size) ? wide::max_active_ctas(fp8, positions_per_split, clusters)
+                                                           : cudaErrorInvalidValue;
+  }
   return dispatch(head_tiles, cta_chunk, fp8, cluster_size,
                   [&](auto kernel) { return kernel.max_active_clusters(positions_per_split, clusters); });
 }

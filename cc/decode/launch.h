@@ -10,7 +10,8 @@ namespace sparse_mla {
 namespace decode {
 
 // Shared memory one CTA needs for these parameters (dynamic and static), in bytes.
-int shared_memory_bytes(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split);
+int shared_memory_bytes(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size,
+                        int positions_per_split);
 
 // Enqueues the kernel on `stream`. Returns the launch's error (cudaSuccess when enqueued).
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream);
@@ -18,8 +19,8 @@ cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t 
 // Clusters (of cluster_size CTAs; CTAs when it is 1) of this kernel configuration that the current
 // device runs at once (one wave), into `clusters`; the planner keeps its grid within it. Returns the
 // CUDA error of the query.
-cudaError_t max_active_clusters(int head_tiles, int cta_chunk, bool fp8, int cluster_size, int positions_per_split,
-                                int* clusters);
+cudaError_t max_active_clusters(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size,
+                                int positions_per_split, int* clusters);
 
 }  // namespace decode
 }  // namespace sparse_mla

@@ -17,6 +17,12 @@ constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16
 constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
 constexpr int kMaxPositionsPerSplit = 8192;
 
+// Which decode kernel a launch runs (the op's `kernel` argument; NARROW_KERNEL / WIDE_KERNEL in Python).
+enum class DecodeKernel : int {
+  kNarrow = 0,  // 16 or 32 heads per CTA, mma.sync (cc/decode/narrow/)
+  kWide = 1,    // 64 heads per CTA, wgmma with producer warpgroups (cc/decode/wide/)
+};
+
 struct SparseDecodeParams {
   // Queries: [T, N, 512] and [T, N, 64] bf16, last dimension contiguous, strides in elements.
   const void* q_nope;
@@ -51,13 +57,14 @@ struct SparseDecodeParams {
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
   int32_t* counters;    // [T, head_groups, kClusterSize]
   int num_tokens, num_heads;
-  int head_tiles;       // heads per CTA = 16 * head_tiles, in {1, 2} (cc/decode/narrow/) or 4 (cc/decode/wide/)
+  int head_tiles;       // heads per CTA = 16 * head_tiles, 1 or 2 (kNarrow), 4 (kWide)
   int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
   int cluster_size;     // CTAs per split: kClusterSize (slices merged through DSMEM) or 1 (large grids)
   int head_groups;      // ceil(num_heads / heads per CTA)
   int num_splits;       // position splits per token
   int positions_per_split;  // multiple of cluster_size * cta_chunk; splits past topk see only invalid entries
   float scale_log2;     // softmax_scale * log2(e)
+  DecodeKernel kernel;  // the kernel that runs (host side: the launcher's choice)
 };
 
 }  // namespace decode

@@ -44,8 +44,9 @@ def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.
     granule = cluster_size * cta_chunk
     positions = -(-INDEX_TOPK // num_splits // granule) * granule
     head_groups = -(-num_heads // (decode.HEAD_TILE_ROWS * head_tiles))
+    kernel = decode.WIDE_KERNEL if head_tiles == decode.WIDE_HEAD_TILES else decode.NARROW_KERNEL
     return decode.DecodePlan(num_tokens, num_heads, head_tiles, cta_chunk, head_groups,
-                             -(-INDEX_TOPK // positions), positions, cluster_size)
+                             -(-INDEX_TOPK // positions), positions, kernel, cluster_size)
 
 
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):
@@ -110,7 +111,8 @@ def test_wide_kernel_largest_split(cache_format):
     case = testing.make_attention_case(2, 64, _device(), 71, "scattered", drop_fraction=0.1)
     if cache_format == "fp8_ds_mla":
         case = _fp8_case(case)
-    launch = decode.DecodePlan(2, 64, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, decode.WIDE_MAX_TOPK, 1)
+    launch = decode.DecodePlan(2, 64, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, decode.WIDE_MAX_TOPK,
+                               decode.WIDE_KERNEL, 1)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
@@ -393,10 +395,15 @@ def test_bad_arguments_raise_naming_the_argument():
         call(inputs, launch=decode.plan(3, 16, _num_sms()))
     with pytest.raises(ValueError, match="cluster_size"):
         call(inputs, launch=dataclasses.replace(launch, cluster_size=2))
-    with pytest.raises(ValueError, match="head_tiles"):  # the wide kernel has one stage size
-        call(inputs, launch=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES, cta_chunk=16, cluster_size=1))
+    with pytest.raises(ValueError, match="kernel"):
+        call(inputs, launch=dataclasses.replace(launch, kernel=2))
+    with pytest.raises(ValueError, match="head_tiles"):  # the narrow kernel's head tiles are 1 or 2
+        call(inputs, launch=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES))
+    with pytest.raises(ValueError, match="the wide kernel"):  # the wide kernel has one stage size
+        call(inputs, launch=dataclasses.replace(launch, kernel=decode.WIDE_KERNEL, head_tiles=decode.WIDE_HEAD_TILES,
+                                                cta_chunk=16, cluster_size=1))
     # One wide split of 7712 positions: 232,576 B of shared memory, over Hopper's 232,448 per block.
-    too_long = decode.DecodePlan(2, 16, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, 7712, 1)
+    too_long = decode.DecodePlan(2, 16, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, 7712, decode.WIDE_KERNEL, 1)
     with pytest.raises(ValueError, match="shared memory"):
         call(inputs, launch=too_long)
     if launch.num_splits > 1:

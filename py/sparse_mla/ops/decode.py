@@ -58,6 +58,12 @@ HEAD_TILE_ROWS = 16
 HEAD_TILES = (1, 2, 4)
 """Head tiles per CTA the kernels are built for (16, 32 or 64 heads)."""
 
+NARROW_KERNEL = 0
+"""The 16/32-head kernel (``DecodeKernel::kNarrow``, cc/decode/narrow/): mma.sync, 1 or 2 head tiles."""
+
+WIDE_KERNEL = 1
+"""The 64-head kernel (``DecodeKernel::kWide``, cc/decode/wide/): wgmma with producer warpgroups."""
+
 WIDE_HEAD_TILES = 4
 """The wide kernel's head tiles (``wide::kHeadTiles``): 64 heads per CTA, 32-position stages
 (``WIDE_CTA_CHUNK``), one CTA per split, one CTA per SM (its consumers' 128 accumulators a lane)."""
@@ -126,6 +132,7 @@ class DecodePlan:
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
     positions_per_split: int  # multiple of cluster_size * cta_chunk
+    kernel: int  # the kernel that runs: NARROW_KERNEL or WIDE_KERNEL (head_tiles WIDE_HEAD_TILES)
     cluster_size: int = CLUSTER_SIZE  # CTAs per split, in CLUSTER_SIZES
 
     @property
@@ -289,6 +296,7 @@ def plan(
         head_groups=head_groups,
         num_splits=-(-topk // positions_per_split),
         positions_per_split=positions_per_split,
+        kernel=WIDE_KERNEL if wide else NARROW_KERNEL,
         cluster_size=cluster_size,
     )
 
@@ -400,9 +408,10 @@ def max_active_clusters(
     availability = is_available()
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
+    kernel = WIDE_KERNEL if head_tiles == WIDE_HEAD_TILES else NARROW_KERNEL  # the plan's rule (plan())
     with torch.cuda.device(device_index):
         return torch.ops.sparse_mla_decode.max_active_clusters(
-            head_tiles, cta_chunk, cluster_size, False, positions_per_split)
+            kernel, head_tiles, cta_chunk, cluster_size, False, positions_per_split)
 
 
 def cluster_capacity(device_index: int) -> Callable[[int, int, int, int], int]:
@@ -507,7 +516,7 @@ def sparse_mla_decode(
     if launch.num_splits > 1 and workspace is None:
         raise ValueError(f"sparse_mla: argument 'workspace' is required for a plan of {launch.num_splits} splits, got None")
     torch.ops.sparse_mla_decode.fwd(
-        q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale,
+        q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale, launch.kernel,
         launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits, launch.positions_per_split, out, lse,
         split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
         topk_length, dcp.rank, dcp.world_size, dcp.interleave,
