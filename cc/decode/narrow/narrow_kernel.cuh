@@ -25,8 +25,7 @@ namespace cg = cooperative_groups;
 
 // Positions per pipeline stage of one CTA: 32 where the grid is small (latency: fewer, larger steps),
 // 16 where it is large (occupancy: a smaller ring); the planner chooses (DecodePlan.cta_chunk).
-// Gathered chunks held per CTA: 3 (two in flight while one is consumed). With 16-position stages a
-// fourth was slower on the H200: 2 instead of 3 CTAs per SM fit (results/2026-11-30-h200/release3).
+// Gathered chunks held per CTA: 3, two in flight while one is consumed (a fourth: docs/decode-kernels.md).
 constexpr int kStages = 3;
 constexpr int kColsPerWarp = kKvLoraRank / kWarps;            // 64 c_kv columns
 constexpr int kRopePerWarp = kRopeDim / kWarps;               // 8 k_rope columns
@@ -63,9 +62,7 @@ struct SharedLayout {
 // into their 768-byte pitch: 0, 64, 16, 80, 32, 96, 48, 112 (mod 128) for r = 0..7. So the shared-memory
 // reads of step 4 meet no bank conflicts: a quarter warp's 16-byte key loads (rows 2i and 2i + 1, 64
 // bytes each) cover the 32 banks once, and the scale and k_rope loads (rows 8i..8i + 7, 4 and 16
-// bytes each) fall in 8 distinct 16-byte bank groups. With a 672-byte pitch (32 mod 128) every one
-// of them conflicted 2-way (Nsight Compute, N = 16, T = 512: 31 % of all shared wavefronts excessive,
-// results/2026-11-30-h200/release11/README.md).
+// bytes each) fall in 8 distinct 16-byte bank groups (the pitch it replaced: docs/decode-kernels.md).
 __device__ __forceinline__ int fp8_row_skew(int r) { return (r & 1) * 64 + ((r >> 1) & 3) * 16; }
 
 template <bool kFp8>
@@ -76,8 +73,7 @@ __device__ __forceinline__ int staged_row_offset(int r) {
 // CTAs per SM the register budget must allow (16 heads: 3 of <= 85 registers; 32 heads: 2 of 128):
 // the planner sizes its grid to the clusters one wave holds (max_active_clusters). fp8_ds_mla with
 // 32-position stages holds 32 registers of values (step 4) and gets the registers it needs (~134 with
-// 16 heads, ~190 with 32: 1 CTA per SM, as its shared memory allowed before release 11; capped at 128
-// or 80 it spilled 100-300 bytes).
+// 16 heads, ~190 with 32: 1 CTA per SM; a cap spills, docs/decode-kernels.md).
 template <int kHeadTiles, int kCtaChunk, bool kFp8>
 constexpr int kMinBlocksPerSm = kFp8 && kCtaChunk == 32 ? 1 : kHeadTiles == 1 ? 3 : 2;
 
@@ -169,10 +165,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
   constexpr int kThreadsPerRow = kThreads / kHeads;  // softmax: threads sharing one head's row
   constexpr int kColsPerThread = kCtaChunk / kThreadsPerRow;  // 1, 2 or 4
   // Two CTA barriers per stage: chunk c's landing is awaited with the barrier before P . c_kv of chunk
-  // c - 1, and chunk c + kStages - 1 goes into the stage of chunk c - 1 once no warp reads it. Against
-  // a third barrier before the scores, on the H200 (results/2026-11-30-h200/release11/README.md, calls
-  // 91 and 92), bf16 / fp8_ds_mla µs: N = 16, T = 512 371.2 / 382.2 vs 380.4 / 391.0; N = 32, T = 256
-  // 231.2 / 258.9 vs 250.9 / 266.8; T <= 8 within 0.3.
+  // c - 1, and chunk c + kStages - 1 goes into the stage of chunk c - 1 once no warp reads it (against
+  // three: docs/decode-kernels.md).
   auto issue_next = [&](int chunk) {
     if (chunk + kStages - 1 < num_chunks) issue_chunk(chunk + kStages - 1);
     cp_async_commit();
@@ -260,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
       for (int offset = kThreadsPerRow / 2; offset > 0; offset /= 2)
         chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, offset));
       const float old_max = row_max[h];
-      // Lazy on fp8_ds_mla only: on bf16 the skip below cost 0.3-1.1 us at N = 16, T <= 8 (call 96).
+      // Lazy on fp8_ds_mla only: it slows the bf16 cache (docs/decode-kernels.md).
       const float new_max = kFp8 ? lazy_running_max(old_max, chunk_max) : fmaxf(old_max, chunk_max);
       const float base = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
       float sum = 0.f;

@@ -23,22 +23,16 @@ namespace split_merge {
 constexpr int kHeads = kHeadTileRows * wide::kHeadTiles;  // the wide kernel's 64 heads per CTA
 
 // The split merge launch: kMergeSlices CTAs per (token, head group), each kMergeCols output columns of
-// the 64 heads (4 columns a thread), kMergeUnroll splits' partials loaded at once. The merge is bound
-// by load latency, so it is spread wide: with 8 CTAs of 64 columns (4 float4s a thread, 8 splits at
-// once) it took 14.5 of 38 µs at N = 64, T = 8 (16 splits) and 44 of 58 at T = 1 (64 splits) on the
-// H200 (measured with the merge left out, results/2026-11-30-h200/release6/README.md). The splits' LSEs
-// are read from slot 0 of the workspace's kClusterSize slots per split.
+// the 64 heads (4 columns a thread), kMergeUnroll splits' partials loaded at once: the merge is bound
+// by load latency, so it is spread wide (docs/decode-kernels.md). The splits' LSEs are read from slot 0
+// of the workspace's kClusterSize slots per split.
 constexpr int kMergeSlices = 32;
 constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
 constexpr int kMergeUnroll = 16;
 static_assert(kHeads * kMergeCols / 4 == kThreads, "4 columns of the merge per thread");
 
-// The split merge starts early (a programmatic dependent launch) up to this many splits. Measured on the
-// H200, the decode kernel alone, bf16 / fp8_ds_mla µs, early vs after the kernel (release 12, call 104):
-// up to 16 splits 0.5-2 µs faster everywhere (N = 32, T = 16: 26.1 / 28.3 vs 26.9 / 28.9; N = 64, T = 32
-// 43.8 / 47.2 vs 45.1 / 48.4; N = 128, T = 8 26.4 / 27.9 vs 27.3 / 29.0); at 32 and 64 splits, where the
-// kernel fills all but a few SMs, the early CTAs crowd onto those few and the merge of many partials
-// slows: N = 128, T = 1 20.3 vs 15.4; N = 64, T = 2 20.7 vs 15.9 (but N = 64, T = 1, 64 CTAs: 13.4 vs 14.4).
+// The split merge starts early (a programmatic dependent launch) up to this many splits; with more, its
+// early CTAs crowd onto the few SMs the kernel leaves free (docs/decode-kernels.md).
 constexpr int kEarlyMergeMaxSplits = 16;
 
 // The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every

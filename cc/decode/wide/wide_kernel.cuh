@@ -190,8 +190,8 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
 // accumulator columns of that row (half r of out_acc; columns
 // 8 nt + 2 quad + {0, 1} of its warpgroup's 256). The 4 lanes of a quad transpose their pairs of 4
 // consecutive n-tiles (3 shuffles), so that each stores the 8 columns of one n-tile as one 16-byte
-// store (a warp's store: 64 contiguous bytes of each of its 8 rows). The pairs as they are, 4-byte
-// stores, were slower than fp32: N = 64, T = 4: 23.3 vs 21.0 µs (release7, call 51).
+// store (a warp's store: 64 contiguous bytes of each of its 8 rows; 4-byte stores of the pairs were
+// slower than fp32, docs/decode-kernels.md).
 __device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const float (&out_acc)[kOutTiles * 4], int r,
                                                    float inv, int quad) {
 #pragma unroll
@@ -217,10 +217,8 @@ __device__ __forceinline__ void store_partial_bf16(__nv_bfloat16* row, const flo
 }
 
 // kBf16Partials: the partial outputs are stored as bf16 (the launch takes this instantiation from
-// kBf16PartialMinSplits splits on), else as fp32. Two instantiations, not a branch: with both stores in
-// one kernel, the bf16 cache's main loop measured 5-8 % slower at T >= 128, where few or no partials
-// are written (N = 64, T = 128: 137.4 vs 128.4 µs before the bf16 partials); with two, 134.2
-// (results/2026-11-30-h200/release7/README.md, grids at 63e87c7 and c0e6861; fp8_ds_mla within 1 %).
+// kBf16PartialMinSplits splits on), else as fp32. Two instantiations, not a branch: both stores in one
+// kernel slow the bf16 cache's main loop (docs/decode-kernels.md).
 template <bool kFp8, bool kBf16Partials>
 __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(const SparseDecodeParams p) {
   constexpr int kStages = kOperandStages<kFp8>;
@@ -240,10 +238,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // accumulator fragment coordinates
   // The warpgroup index through a shuffle: the compiler then knows it warp-uniform and keeps the wgmma
-  // descriptors built from it in uniform registers. Measured on the H200, the decode path, bf16 / fp8_ds_mla
-  // µs, before -> after (release 13, call 111): N = 64, T = 128 118.6 / 134.1 -> 110.2 / 132.7; T = 512
-  // 453.6 / 517.6 -> 422.2 / 511.7; N = 128, T = 512 879.3 / 1031.4 -> 814.0 / 1003.9; T <= 16 up to 2.2 µs
-  // faster (N = 128, T = 16 42.3 / 46.1 -> 40.1 / 45.4). It also frees the consumers' 8 bytes of spills.
+  // descriptors built from it in uniform registers (measured: docs/decode-kernels.md).
   const int warpgroup = __shfl_sync(0xffffffffu, warp / 4, 0), head_tile = warp % 4;
   const int positions = p.positions_per_split;
   const int num_chunks = positions / kCtaChunk;
@@ -266,8 +261,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
     const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
     // kElems columns a copy: 16 bytes where every query row starts 16-byte aligned (the usual layouts,
-    // fused [T, N, 576] views included), else 4. The 4-byte copies took ~9.5 µs of a CTA's start on
-    // the H200 (per-CTA clock stamps, results/2026-11-30-h200/release6/README.md).
+    // fused [T, N, 576] views included), else 4 (much slower: docs/decode-kernels.md).
     const bool aligned = ((reinterpret_cast<uintptr_t>(q_nope) | reinterpret_cast<uintptr_t>(q_rope)) & 15) == 0 &&
                          ((p.q_nope_head_stride | p.q_rope_head_stride) & 7) == 0;
     if (aligned)
