@@ -395,7 +395,8 @@ class SparseMLAMetadataBuilder:
         self.route_override = route
         self.num_sms = device_info.num_sms(self.device)
         # The per-token work of build: one CUDA launch where our op library runs, else PyTorch ops.
-        self._token_metadata_kernel = self.device.type == "cuda" and bool(token_metadata.is_available())
+        self._token_metadata_kernel = self.device.type == "cuda" and bool(
+            token_metadata.is_available(self.device.index))
         # Sizing: one row per token of the largest step, max_tokens = max_num_batched_tokens: four
         # per-token int32 buffers, 4 * 4 * max_tokens + 4 bytes (cu_seqlens_q has T + 1 entries), plus
         # the routes' workspaces (sparse_mla.routes.*: e.g. FA3's page table, 8 KiB per token).
@@ -408,7 +409,7 @@ class SparseMLAMetadataBuilder:
         self._written_end = 0  # entries past it hold the padding values (0, 0, 1)
         self._padding_offset = torch.full((1,), PADDING_OFFSET, **int32)  # [1]
         names = [route] if route is not None else routing.routes_up_to(num_heads, max_tokens, self.device.type,
-                                                                         self.kv_cache_format.name)
+                                                                         self.kv_cache_format.name, self.device.index)
         largest = self.step_context(max_tokens)
         self.workspaces: Dict[str, RouteWorkspace] = {name: ROUTES[name].make_workspace(largest) for name in names}
         self._steps: Dict[int, StepPlan] = {}
@@ -435,7 +436,7 @@ class SparseMLAMetadataBuilder:
                 f"{self.max_num_tokens}], got {num_tokens}"
             )
         name = self.route_override or routing.choose_route(self.num_heads, num_tokens, self.device.type,
-                                                           self.kv_cache_format.name)
+                                                           self.kv_cache_format.name, self.device.index)
         route = ROUTES[name]
         step = StepPlan(
             route=route,

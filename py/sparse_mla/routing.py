@@ -170,19 +170,22 @@ def lookup(table: Table, num_heads: int, num_tokens: int) -> str:
     return row[tokens.index(_at_or_above(tokens, max(num_tokens, 1)))]
 
 
-def serves(name: str, device_type: str = "cuda", cache_format: str = BF16.name) -> bool:
-    """Whether route ``name`` runs here for tensors on a device of ``device_type`` (``"cuda"``, or ``"cpu"``:
-    only routes with ``runs_on_cpu``) and reads caches of format ``cache_format`` (a name of
-    :mod:`sparse_mla.kv_cache_format`)."""
+def serves(name: str, device_type: str = "cuda", cache_format: str = BF16.name,
+           device_index: Optional[int] = None) -> bool:
+    """Whether route ``name`` runs here for tensors on a device of ``device_type`` (``"cuda"``: CUDA device
+    ``device_index``, the current one when ``None``; or ``"cpu"``: only routes with ``runs_on_cpu``) and
+    reads caches of format ``cache_format`` (a name of :mod:`sparse_mla.kv_cache_format`)."""
     route = ROUTES[name]
-    return bool(route.is_available()) and (device_type == "cuda" or route.runs_on_cpu) and (
+    return bool(route.is_available(device_index)) and (device_type == "cuda" or route.runs_on_cpu) and (
         cache_format in route.cache_formats
     )
 
 
-def runnable(name: str, device_type: str = "cuda", cache_format: str = BF16.name) -> str:
-    """``name``, or the first route of its fallback chain that :func:`serves` ``device_type`` and ``cache_format``."""
-    while not serves(name, device_type, cache_format):
+def runnable(name: str, device_type: str = "cuda", cache_format: str = BF16.name,
+             device_index: Optional[int] = None) -> str:
+    """``name``, or the first route of its fallback chain that :func:`serves` ``device_type`` (device
+    ``device_index``) and ``cache_format``."""
+    while not serves(name, device_type, cache_format, device_index):
         fallback = ROUTES[name].fallback
         if fallback is None:
             raise RuntimeError(
@@ -193,17 +196,20 @@ def runnable(name: str, device_type: str = "cuda", cache_format: str = BF16.name
     return name
 
 
-def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name) -> str:
+def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name,
+                 device_index: Optional[int] = None) -> str:
     """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads on a cache of format
-    ``cache_format``: the checked-in table's, or its fallback where that one cannot serve the step
-    (:func:`runnable`). Host-side only (no device work)."""
-    return runnable(lookup(load_table(cache_format=cache_format), num_heads, num_tokens), device_type, cache_format)
+    ``cache_format`` on CUDA device ``device_index`` (the current one when ``None``): the checked-in table's,
+    or its fallback where that one cannot serve the step (:func:`runnable`). Host-side only (no device work)."""
+    return runnable(lookup(load_table(cache_format=cache_format), num_heads, num_tokens), device_type, cache_format,
+                    device_index)
 
 
-def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name) -> List[str]:
+def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name,
+                 device_index: Optional[int] = None) -> List[str]:
     """Every route :func:`choose_route` gives for ``num_heads`` heads, ``1 <= T <= max_num_tokens`` and
     ``cache_format`` (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order."""
     _, tokens, _ = load_table(cache_format=cache_format)
     points = [t for t in tokens if t < max_num_tokens] + [max_num_tokens]
-    chosen = {choose_route(num_heads, t, device_type, cache_format) for t in points}
+    chosen = {choose_route(num_heads, t, device_type, cache_format, device_index) for t in points}
     return [name for name in ROUTES if name in chosen]

@@ -1,9 +1,13 @@
 """Where sparse_mla looks for its op libraries: the override, the installed wheel's layout (stable-ABI
-libraries in the package, torch-bound ones under ``torch<major.minor>/``) and Bazel's runfiles."""
+libraries in the package, torch-bound ones under ``torch<major.minor>/``) and Bazel's runfiles; and
+whether they run is answered per CUDA device."""
 
 import pytest
+import torch
 
-from sparse_mla.ops import library
+from sparse_mla import routing
+from sparse_mla.ops import decode, fa3, library
+from sparse_mla.routes import ROUTES
 
 NAME, ENV = "libexample.so", "SPARSE_MLA_EXAMPLE_LIBRARY"
 
@@ -49,3 +53,35 @@ def test_environment_variable_overrides(package, monkeypatch, tmp_path):
 
 def test_not_built_reason(package):
     assert "is not built" in library._not_found_reason(NAME, ENV, torch_bound=True)
+
+
+@pytest.fixture
+def hopper_and_ampere(monkeypatch):
+    """torch.cuda as a process sees it with a Hopper as cuda:0 (current at first) and an A100 as cuda:1;
+    ``current[0]`` is the current device. The availability caches start and end empty."""
+    capabilities = {0: (9, 0), 1: (8, 0)}
+    current = [0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: capabilities[current[0] if device is None else device])
+    for op in (decode, fa3):
+        op._availability.cache_clear()
+    yield current
+    for op in (decode, fa3):
+        op._availability.cache_clear()
+
+
+@pytest.mark.parametrize("op", [decode, fa3], ids=["decode", "fa3"])
+def test_availability_is_per_device(hopper_and_ampere, op):
+    on_hopper = op.is_available()  # asked first on cuda:0: loaded, or the library is missing, never the GPU
+    assert "compute capability" not in on_hopper.reason, on_hopper
+    on_ampere = op.is_available(1)
+    assert not on_ampere and "needs compute capability 9.x, got 8.0 on cuda:1" in on_ampere.reason, on_ampere
+    hopper_and_ampere[0] = 1
+    assert op.is_available() == on_ampere, "the current device's answer, not the first device's"
+    assert op.is_available(0) == on_hopper
+    route = ROUTES[op.__name__.rsplit(".", 1)[1]]
+    assert route.is_available(1) == on_ampere and route.is_available(0) == on_hopper
+    assert not routing.serves(route.name, device_index=1)
+    assert routing.runnable("decode", device_index=1) == "triton", "cuda:1 runs neither our kernels nor FA3"

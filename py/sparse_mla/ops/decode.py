@@ -31,7 +31,7 @@ import torch
 
 from sparse_mla.checks import check_num_heads
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK
-from sparse_mla.ops.library import Availability, load_op_library
+from sparse_mla.ops.library import Availability, cuda_device_index, load_op_library, tensor_device_index
 from sparse_mla.topk_filter import NO_DCP, DcpShard
 
 # The tuning constants below each say why in a line; docs/decode-tuning.md has the H200 measurements behind them.
@@ -405,7 +405,7 @@ def max_active_clusters(
         or 1 (the wide kernel: 32 and 1), or ``positions_per_split`` not a multiple of
         ``cluster_size * cta_chunk`` in (0, 8192].
     """
-    availability = is_available()
+    availability = is_available(device_index)
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
     kernel = WIDE_KERNEL if head_tiles == WIDE_HEAD_TILES else NARROW_KERNEL  # the plan's rule (plan())
@@ -420,10 +420,17 @@ def cluster_capacity(device_index: int) -> Callable[[int, int, int, int], int]:
     return functools.partial(max_active_clusters, device_index=device_index)
 
 
+def is_available(device_index: Optional[int] = None) -> Availability:
+    """Whether the decode op runs on CUDA device ``device_index`` (the current one when ``None``): a
+    Hopper, the library built and loadable. Answered once per device."""
+    if not torch.cuda.is_available():
+        return Availability(False, "no CUDA device")
+    return _availability(cuda_device_index(device_index))
+
+
 @functools.lru_cache(maxsize=None)
-def is_available() -> Availability:
-    """Whether the decode op runs on the current CUDA device (Hopper, library built and loadable)."""
-    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, "sparse_mla_decode", _register_fake)
+def _availability(device_index: int) -> Availability:
+    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index)
 
 
 def _register_fake() -> None:
@@ -504,7 +511,7 @@ def sparse_mla_decode(
         wrong (checked in the op, before any launch; the message names the argument). A wrong dtype
         is a ValueError too: an op of PyTorch's stable ABI can raise no TypeError.
     """
-    availability = is_available()
+    availability = is_available(tensor_device_index(q_nope))
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
     if launch.num_tokens != q_nope.shape[0] or launch.num_heads != q_nope.shape[1]:

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from sparse_mla.ops.library import Availability, load_op_library
+from sparse_mla.ops.library import Availability, cuda_device_index, load_op_library, tensor_device_index
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla.topk_filter import NO_DCP, DcpShard
 
@@ -41,9 +41,9 @@ attention: dynamic split count, query tiles, sorted sequence order (sgl-attn 10d
 there for causal or local attention)."""
 
 
-@functools.lru_cache(maxsize=None)
-def is_available() -> Availability:
-    """Load the op library once and say whether FA3 runs on the current CUDA device.
+def is_available(device_index: Optional[int] = None) -> Availability:
+    """Whether FA3 runs on CUDA device ``device_index`` (the current one when ``None``); the op library is
+    loaded once per process, the answer kept per device.
 
     Returns
     -------
@@ -51,7 +51,14 @@ def is_available() -> Availability:
         Truthy when usable; otherwise ``reason`` says why: no CUDA device, not Hopper, the
         extension was not built (or not found), or it failed to load.
     """
-    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, "sparse_mla_fa3", _register_fake, torch_bound=True)
+    if not torch.cuda.is_available():
+        return Availability(False, "no CUDA device")
+    return _availability(cuda_device_index(device_index))
+
+
+@functools.lru_cache(maxsize=None)
+def _availability(device_index: int) -> Availability:
+    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index, torch_bound=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,7 +176,7 @@ def sparse_mla_scheduler_metadata(
     RuntimeError
         FA3 is not available here, or ``T`` is 0 (FA3 cannot launch an empty grid).
     """
-    availability = is_available()
+    availability = is_available(tensor_device_index(kv_len_bound))
     if not availability:
         raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
     num_tokens = kv_len_bound.shape[0]
@@ -254,7 +261,7 @@ def sparse_mla_layer(
         A tensor's dtype, shape, device or strides is wrong (checked in the op before any launch, by
         the checks it shares with the stable-ABI ops, which raise no TypeError).
     """
-    availability = is_available()
+    availability = is_available(tensor_device_index(q_nope))
     if not availability:
         raise RuntimeError(f"sparse_mla: FA3 is not available: {availability.reason}")
     _ops()[1](q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, page_table, cache_seqlens,

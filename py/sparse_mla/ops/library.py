@@ -1,4 +1,5 @@
-"""Finding and loading the project's torch op libraries (FA3, the decode kernel) once per process.
+"""Finding and loading the project's torch op libraries (FA3, the decode kernel): each is loaded once per
+process, and whether it runs is answered per CUDA device (a process may see Hopper and other GPUs).
 
 Each library is built by Bazel under ``--config=sm90`` and lands beside the ``sparse_mla`` package in
 the runfiles (``cc/<name>``). The wheel (``tools/build_wheel.sh``) carries them in the package:
@@ -8,6 +9,7 @@ version (FA3). An environment variable naming a path overrides both.
 """
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -63,10 +65,21 @@ def _not_found_reason(name: str, env: str, torch_bound: bool) -> str:
     return f"{name} is not built: run 'bazel build //py:sparse_mla --config=sm90' or set {env}"
 
 
+def cuda_device_index(device: Optional[int]) -> int:
+    """``device``, or the current CUDA device's index when it is ``None`` (CUDA must be available)."""
+    return torch.cuda.current_device() if device is None else device
+
+
+def tensor_device_index(tensor) -> Optional[int]:
+    """The CUDA device index of ``tensor``; ``None`` for anything else (a CPU tensor, ``None``): the ops'
+    own checks then name the argument."""
+    return tensor.device.index if isinstance(tensor, torch.Tensor) and tensor.is_cuda else None
+
+
 def load_op_library(
-    name: str, env: str, namespace: str, register_fake: Callable[[], None], torch_bound: bool = False
+    name: str, env: str, register_fake: Callable[[], None], device_index: int, torch_bound: bool = False
 ) -> Availability:
-    """Load library ``name`` (ops in ``torch.ops.<namespace>``) if the current device can run it.
+    """Whether library ``name`` runs on CUDA device ``device_index``, loading it into the process (once) if so.
 
     ``torch_bound``: the library is built against one torch version's C++ API (not the stable ABI),
     so the installed package holds it per torch version (:func:`library_path`).
@@ -74,14 +87,21 @@ def load_op_library(
     Returns
     -------
     Availability
-        Truthy when loaded; otherwise the reason: no CUDA device, not Hopper, not built (or not
-        found), or the load failed. ``register_fake`` runs once after a successful load.
+        Truthy when loaded and the device is a Hopper; otherwise the reason: no CUDA device, not Hopper,
+        not built (or not found), or the load failed. ``register_fake`` runs once after a successful load.
     """
     if not torch.cuda.is_available():
         return Availability(False, "no CUDA device")
-    major, minor = torch.cuda.get_device_capability()
+    major, minor = torch.cuda.get_device_capability(device_index)
     if major != REQUIRED_MAJOR_CAPABILITY:
-        return Availability(False, f"{name} is built for sm_90a and needs compute capability 9.x, got {major}.{minor}")
+        return Availability(False, f"{name} is built for sm_90a and needs compute capability 9.x, "
+                                   f"got {major}.{minor} on cuda:{device_index}")
+    return _load_once(name, env, register_fake, torch_bound)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_once(name: str, env: str, register_fake: Callable[[], None], torch_bound: bool) -> Availability:
+    """Loads library ``name`` into the process: at most once, whichever device asks first."""
     path = library_path(name, env, torch_bound)
     if path is None:
         return Availability(False, _not_found_reason(name, env, torch_bound))

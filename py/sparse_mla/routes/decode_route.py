@@ -23,7 +23,7 @@ from sparse_mla.routes.route import ALL_FORMATS, Route, StepContext
 def _planner_arguments(step: StepContext) -> dict:
     """:func:`sparse_mla.ops.decode.plan`'s keyword arguments for ``step``: the cluster capacity of the
     builder's CUDA device (where the kernel runs here) and whether the cache is fp8_ds_mla."""
-    on_cuda = step.device.type == "cuda" and decode.is_available()
+    on_cuda = step.device.type == "cuda" and decode.is_available(step.device.index)
     capacity = decode.cluster_capacity(step.device.index) if on_cuda else None
     return dict(cluster_capacity=capacity, fp8_ds_mla=step.fp8_ds_mla)
 
@@ -33,8 +33,8 @@ class DecodeRoute(Route):
     fallback: Optional[str] = "fa3"
     cache_formats: frozenset = ALL_FORMATS
 
-    def is_available(self) -> Availability:
-        return decode.is_available()
+    def is_available(self, device_index: Optional[int] = None) -> Availability:
+        return decode.is_available(device_index)
 
     def plan(self, step: StepContext) -> decode.DecodePlan:
         """:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM for the step's cache format."""

@@ -54,8 +54,8 @@ class Step:
 class Fa3Route(Route):
     fallback: Optional[str] = "triton"  # FA3 cannot read the fp8_ds_mla cache: such steps take Triton
 
-    def is_available(self) -> Availability:
-        return fa3.is_available()
+    def is_available(self, device_index: Optional[int] = None) -> Availability:
+        return fa3.is_available(device_index)
 
     def plan(self, step: StepContext) -> Plan:
         """Split count and scheduler-metadata size of a step (the cache is bf16 here)."""
@@ -77,7 +77,7 @@ class Fa3Route(Route):
         """
         num_tokens = metadata.num_actual_tokens
         scheduler_metadata = None
-        if plan.scheduler_metadata_size and metadata.req_id.is_cuda and fa3.is_available():
+        if plan.scheduler_metadata_size and metadata.req_id.is_cuda and fa3.is_available(metadata.req_id.device.index):
             scheduler_metadata = workspace.scheduler_metadata[: plan.scheduler_metadata_size]
             scheduler_metadata.copy_(fa3.sparse_mla_scheduler_metadata(
                 metadata.kv_len_bound, metadata.cu_seqlens_q, metadata.num_heads, metadata.index_topk,

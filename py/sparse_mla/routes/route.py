@@ -45,8 +45,9 @@ class Route:
     runs_on_cpu: bool = False  # serves CPU tensors too (Triton's interpreter), not only CUDA ones
     cache_formats: FrozenSet[str] = BF16_ONLY  # names of the KV-cache formats its kernels read
 
-    def is_available(self) -> Any:
-        """Truthy where the route's kernels run here (an ``Availability`` with the reason where not)."""
+    def is_available(self, device_index: Optional[int] = None) -> Any:
+        """Truthy where the route's kernels run on CUDA device ``device_index`` (the current one when
+        ``None``; an ``Availability`` with the reason where not)."""
         return True
 
     def plan(self, step: StepContext) -> Any:
