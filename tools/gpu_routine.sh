@@ -114,9 +114,15 @@ for step in "${steps[@]}"; do
       python3 -m pip install --quiet --no-deps --no-index --target "$site" "$wheel"
       package=$(cd / && PYTHONPATH=$site python3 -c 'import os, sparse_mla; print(os.path.dirname(sparse_mla.__file__))')
       series=$(cd / && PYTHONPATH=$site python3 -c 'from sparse_mla.ops.library import TORCH_SERIES; print(TORCH_SERIES)')
-      (cd "$out/wheel" && env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY PYTHONPATH="$site:$OLDPWD/tests" \
-        python3 -m pytest -q -p no:cacheprovider "$OLDPWD"/tests/*/test_*_gpu.py > "$out/wheel/gpu_tests.log" 2>&1)
-      echo "wheel GPU suite (sparse_mla from $package): $(tail -1 "$out/wheel/gpu_tests.log")" | tee -a "$out/summary.txt"
+      # One pytest process per GPU test file, $WHEEL_JOBS (4) at once on the one GPU; their logs end up in gpu_tests.log.
+      (cd "$out/wheel" && ls "$OLDPWD"/tests/*/test_*_gpu.py | env -u SPARSE_MLA_DECODE_LIBRARY -u SPARSE_MLA_FA3_LIBRARY \
+        PYTHONPATH="$site:$OLDPWD/tests" xargs -P "${WHEEL_JOBS:-4}" -I{} sh -c \
+        'python3 -m pytest -q -p no:cacheprovider {} > "$(basename {} .py).log" 2>&1')
+      for log in "$out"/wheel/test_*_gpu.log; do echo "$(basename "$log" .log): $(tail -1 "$log")"; done > "$out/wheel/gpu_tests.log"
+      rm -f "$out"/wheel/test_*_gpu.log
+      totals=$(grep -oE "[0-9]+ (passed|failed|skipped|error)" "$out/wheel/gpu_tests.log" |
+               awk '{n[$2] += $1} END {for (k in n) printf "%d %s, ", n[k], k}')
+      echo "wheel GPU suite (sparse_mla from $package): ${totals%, }" | tee -a "$out/summary.txt"
       # The wheel's libraries are the ones //tests/... ran against (the test step): byte for byte.
       same=yes
       [ -n "${WHEEL:-}" ] || for pair in "$package/libsparse_mla_decode.so bazel-bin/cc/libsparse_mla_decode.so" \
@@ -125,7 +131,8 @@ for step in "${steps[@]}"; do
         cmp -s $pair || same=no
       done
       [ -n "${WHEEL:-}" ] || echo "wheel libraries identical to bazel-bin/cc's: $same" | tee -a "$out/summary.txt"
-      [ "$rc" -eq 0 ] && [ "$same" = yes ] && grep -qE " passed" "$out/wheel/gpu_tests.log" && ! grep -qE "[0-9]+ failed" "$out/wheel/gpu_tests.log" || status=1
+      [ "$rc" -eq 0 ] && [ "$same" = yes ] && grep -qE " passed" "$out/wheel/gpu_tests.log" &&
+        ! grep -qE "[0-9]+ (failed|error)" "$out/wheel/gpu_tests.log" || status=1
       ;;
     bench)
       mkdir -p "$out/bench"
