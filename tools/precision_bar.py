@@ -1,7 +1,6 @@
 """Element-wise precision of every route against FlashInfer's bar for sparse MLA decode.
 
-FlashInfer's trtllm-gen sparse MLA decode tests compare the output element-wise with
-``torch.testing.assert_close(out, ref, rtol=2e-2, atol=8e-4)``. This prints, per route and (N, T), the elements
+FlashInfer's bar (``sparse_mla_testing.precision_bar``). This prints, per route and (N, T), the elements
 that miss that bar, the worst ``|out - ref| - (atol + rtol * |ref|)``, the global relative error, and the same
 for the float32 reference merely rounded to bf16 (the floor any bf16 output has).
 
@@ -9,6 +8,7 @@ for the float32 reference merely rounded to bf16 (the floor any bf16 output has)
 """
 
 import sparse_mla_testing as fixtures
+from sparse_mla_testing.precision_bar import against_bar
 import torch
 from absl import app, flags
 
@@ -24,13 +24,6 @@ flags.DEFINE_list("routes", sorted(ROUTES), "Routes to check.")
 flags.DEFINE_integer("context", 8192, "Positions of each request's context.")
 FLAGS = flags.FLAGS
 
-RTOL, ATOL = 2e-2, 8e-4
-"""FlashInfer's bar (tests/attention/test_trtllm_gen_mla.py, sparse cases)."""
-
-
-def _misses(out: torch.Tensor, ref: torch.Tensor):
-    excess = (out.float() - ref).abs() - (ATOL + RTOL * ref.abs())
-    return int((excess > 0).sum()), float(excess.max()), float((out.float() - ref).norm() / ref.norm())
 
 
 def main(_):
@@ -48,12 +41,12 @@ def main(_):
                 slot_ids = global_slot_ids_reference(batch.topk_indices, batch.req_id, batch.token_kv_len,
                                                      batch.block_table, num_blocks)
                 ref, _ = sparse_mla_reference(q_nope, q_rope, kv_cache, slot_ids, DEEPSEEK_V32_SOFTMAX_SCALE)
-                floor = _misses(ref.to(torch.bfloat16), ref)
+                floor = against_bar(ref.to(torch.bfloat16), ref)
                 for route in FLAGS.routes:
                     builder = SparseMLAMetadataBuilder(num_tokens, device, num_heads, INDEX_TOPK, route=route)
                     metadata = builder.build(0, fixtures.common_metadata(batch))
                     out = SparseMLAImpl(num_heads).forward((q_nope, q_rope), kv_cache, metadata, batch.topk_indices)
-                    misses, worst, rel = _misses(out, ref)
+                    misses, worst, rel = against_bar(out, ref)
                     print(f"{route:7s} {num_heads:3d} {num_tokens:4d} {seed:4d} {misses:7d} / {out.numel():8d} "
                           f"{worst:12.2e} {rel:8.2e}  | {floor[0]:7d} {floor[1]:12.2e}")
 

@@ -54,8 +54,9 @@ cudaError_t for_token_slices(const SparseDecodeParams& p, Launch launch) {
 }
 
 // Launches and sizes one kernel instantiation. `Kernel` provides kFunction (a __global__ taking
-// SparseDecodeParams), kBlockThreads, kClusterCtas (CTAs per cluster along x, 1: none) and
-// shared_bytes(positions_per_split).
+// SparseDecodeParams), kBlockThreads, kClusterCtas (CTAs per cluster along x, 1: none),
+// kProgrammaticLaunch (a programmatic dependent launch: the kernel calls wait_for_prerequisite_grids
+// before it reads anything) and shared_bytes(positions_per_split).
 template <typename Kernel>
 struct Launcher {
   // Dynamic plus static shared memory of one CTA (its __shared__ variables, e.g. arrived_last's):
@@ -85,19 +86,28 @@ struct Launcher {
   }
 
   // Grid kClusterCtas x splits x token_groups CTAs of kBlockThreads, in clusters of kClusterCtas along x.
+  // Its CTAs may start while the kernel ahead in the stream finishes (kProgrammaticLaunch).
   static cudaLaunchConfig_t config(int num_splits, int token_groups, int bytes, cudaStream_t stream,
-                                   cudaLaunchAttribute* cluster) {
+                                   cudaLaunchAttribute (&attributes)[2]) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(Kernel::kClusterCtas, num_splits, token_groups);
     config.blockDim = dim3(Kernel::kBlockThreads, 1, 1);
     config.dynamicSmemBytes = bytes;
     config.stream = stream;
-    cluster->id = cudaLaunchAttributeClusterDimension;
-    cluster->val.clusterDim.x = Kernel::kClusterCtas;
-    cluster->val.clusterDim.y = 1;
-    cluster->val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = Kernel::kClusterCtas > 1 ? 1 : 0;
+    config.attrs = attributes;
+    config.numAttrs = 0;
+    if constexpr (Kernel::kClusterCtas > 1) {
+      cudaLaunchAttribute& cluster = attributes[config.numAttrs++];
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = Kernel::kClusterCtas;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+    }
+    if constexpr (Kernel::kProgrammaticLaunch) {
+      cudaLaunchAttribute& early = attributes[config.numAttrs++];
+      early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      early.val.programmaticStreamSerializationAllowed = 1;
+    }
     return config;
   }
 
@@ -106,8 +116,8 @@ struct Launcher {
     const cudaError_t error = allow_shared_memory(bytes);
     if (error != cudaSuccess) return error;
     return for_token_slices(p, [&](const SparseDecodeParams& part, int count) {
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t launch_config = config(part.num_splits, count * part.head_groups, bytes, stream, &cluster);
+      cudaLaunchAttribute attributes[2];
+      const cudaLaunchConfig_t launch_config = config(part.num_splits, count * part.head_groups, bytes, stream, attributes);
       return cudaLaunchKernelEx(&launch_config, Kernel::kFunction, part);
     });
   }
@@ -117,8 +127,9 @@ struct Launcher {
     cudaError_t error = allow_shared_memory(bytes);
     if (error != cudaSuccess) return error;
     if constexpr (Kernel::kClusterCtas > 1) {
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t launch_config = config(1, 1, bytes, nullptr, &cluster);
+      cudaLaunchAttribute attributes[2];
+      cudaLaunchConfig_t launch_config = config(1, 1, bytes, nullptr, attributes);
+      launch_config.numAttrs = 1;  // the cluster shape (attributes[0]) alone: what occupancy depends on
       return cudaOccupancyMaxActiveClusters(clusters, Kernel::kFunction, &launch_config);
     }
     int device = 0, sms = 0, per_sm = 0;

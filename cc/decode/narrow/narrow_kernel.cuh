@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
   const int positions = p.positions_per_split / kCluster;  // this CTA's slice
+  wait_for_prerequisite_grids();  // a programmatic dependent launch: nothing is read before this
 
   // 1. Query fragments of this warp's columns, kept in registers for the whole loop (loaded first:
   //    they do not depend on the index -> block-table chain below, so both are in flight together).
@@ -404,6 +405,7 @@ struct Kernel : Launcher<Kernel<kHeadTiles, kCtaChunk, kFp8, kCluster>> {
   static constexpr auto kFunction = sparse_decode_kernel<kHeadTiles, kCtaChunk, kFp8, kCluster>;
   static constexpr int kBlockThreads = kThreads;
   static constexpr int kClusterCtas = kCluster;
+  static constexpr bool kProgrammaticLaunch = true;  // docs/decode-kernels.md: faster back to back at N <= 32
   static int shared_bytes(int positions_per_split) {
     return SharedLayout(kHeadTiles, kCtaChunk, kFp8, kCluster, positions_per_split).total;
   }

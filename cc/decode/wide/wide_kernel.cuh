@@ -354,7 +354,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     for (int r = 0; r < 2; ++r) {
       chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(0xffffffffu, chunk_max[r], 1));
       chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(0xffffffffu, chunk_max[r], 2));
-      const float new_max = lazy_running_max(row_max[r], chunk_max[r]);
+      // Lazy on fp8_ds_mla only: on the bf16 cache it misses FlashInfer's precision bar (docs/decode-kernels.md).
+      const float new_max = kFp8 ? lazy_running_max(row_max[r], chunk_max[r]) : fmaxf(row_max[r], chunk_max[r]);
       base[r] = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
       alpha[r] = exp2f(row_max[r] - base[r]);        // 0 while nothing was valid
       row_max[r] = new_max;
@@ -377,8 +378,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     // 5. out[:, cols] = alpha * out + P . c_kv[:, cols] (MN-major B: N-atoms 4096 bytes apart, k
     //    groups of 8 positions 1024 apart).
     // The rescale is skipped while no row of the warp has moved its maximum (alpha = 1 exactly, which
-    // lazy_running_max makes the common case): 128 multiplications a lane, the longest serial step of
-    // the softmax once the maxima settle.
+    // lazy_running_max makes the common case on fp8_ds_mla): 128 multiplications a lane, the longest
+    // serial step of the softmax once the maxima settle.
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int nt = 0; nt < kOutTiles; ++nt) {
@@ -450,6 +451,7 @@ struct WideKernel : Launcher<WideKernel<kFp8, kBf16Partials>> {
   static constexpr auto kFunction = sparse_decode_wide_kernel<kFp8, kBf16Partials>;
   static constexpr int kBlockThreads = wide::kBlockThreads;
   static constexpr int kClusterCtas = kCluster;
+  static constexpr bool kProgrammaticLaunch = false;  // docs/decode-kernels.md: no faster, at N = 128 T = 1 slower
   static int shared_bytes(int positions_per_split) { return SharedLayout(kFp8, positions_per_split).total; }
 };
 
