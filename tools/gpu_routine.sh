@@ -72,7 +72,7 @@ for step in "${steps[@]}"; do
       ;;
     test)
       # The design card's command, exactly: bazel test //tests/... --config=sm90
-      "$bazel" test //tests/... --config=sm90 2>&1 | tail -40
+      "$bazel" test //tests/... --config=sm90 2>&1 | tee "$out/test.log" | tail -40  # the log survives a time limit
       rc=${PIPESTATUS[0]}
       echo "test (bazel test //tests/... --config=sm90): rc=$rc" | tee -a "$out/summary.txt"
       for log in bazel-testlogs/tests/*/test.log; do
