@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Kernel iteration on the GPU machine without Bazel: builds the decode op library (cc/decode/decode_op.cc,
-# the metadata op and kernel) once per variant of a decode kernel's template with nvcc and g++ directly
-# (the flags of tools/cuda/flags.bzl), then times each variant with tools/bench.py's decode path, and
+# Kernel iteration on the GPU machine without compiling through Bazel: builds the decode op library
+# (cc/decode/decode_op.cc, the metadata op and kernel) once per variant of a decode kernel's template with nvcc
+# and g++ directly (the flags of tools/cuda/flags.bzl; Bazel only writes the kernels' instantiation sources,
+# //cc/decode:instantiation_sources), then times each variant with tools/bench.py's decode path, and
 # optionally profiles it with Nsight Compute. Outputs go to $OUT (default ./gpu_out/variants).
 #
 # Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cuh... [-- bench flags]
@@ -54,13 +55,15 @@ compile_family() {
   wait
   cat "$build/$name"/*.log > "$out/$name.ptxas.txt"
 }
-narrow_sources=(cc/decode/narrow/instantiations/*.cu)
-wide_sources=(cc/decode/wide/instantiations/*.cu)
+tools/bazel build //cc/decode:instantiation_sources || exit 1
+generated=$(tools/bazel info bazel-bin)/cc/decode
+narrow_sources=("$generated"/narrow/instantiations/*.cu)
+wide_sources=("$generated"/wide/instantiations/*.cu)
 
 # The parts every variant shares, compiled once and in parallel.
 g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/decode/decode_op.cc -o "$build/op.o" &
 g++ -std=c++17 -O3 -fPIC -I. -I"$cuda/include" "${torch_flags[@]}" -c cc/metadata/token_metadata_op.cc -o "$build/tm_op.o" &
-compile_family shared . cc/decode/launch.cu cc/decode/wide/wide_launch.cu cc/decode/split_merge/instantiations/*.cu \
+compile_family shared . cc/decode/launch.cu cc/decode/wide/wide_launch.cu "$generated"/split_merge/instantiations/*.cu \
   cc/metadata/token_metadata_kernel.cu &
 compile_family baseline_narrow . "${narrow_sources[@]}" &
 compile_family baseline_wide . "${wide_sources[@]}" &

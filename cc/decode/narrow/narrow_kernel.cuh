@@ -1,5 +1,5 @@
 // Latency-first sparse MLA decode on Hopper for 16 or 32 heads per CTA: the kernel template and its
-// entry points (cc/decode/narrow/narrow_kernel.h), instantiated one per file in instantiations/. Work
+// entry points (cc/decode/narrow/narrow_kernel.h), instantiated one per file (kernel_instances.bzl). Work
 // decomposition, slice and split merges and the fp8_ds_mla staging: docs/decode-kernels.md.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Entry points of one instantiation of the 16/32-head decode kernel (cc/decode/narrow/narrow_kernel.cuh),
-// each compiled in its own file of cc/decode/narrow/instantiations/. No device code here.
+// each compiled in its own file, written by cc/decode/kernel_instances.bzl. No device code here.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // The split merge kernel's launch (cc/decode/split_merge/split_merge_kernel.cuh), one instantiation per
-// partial-output type in cc/decode/split_merge/instantiations/. No device code here.
+// partial-output type, written by cc/decode/kernel_instances.bzl. No device code here.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // Sparse MLA decode on Hopper for 64 heads per CTA (N > 32, and 16 < N <= 32 at 2 <= T <= 128): producer
 // warpgroups gather (and dequantize) each slot once for all heads, consumer warpgroups run wgmma. The
 // kernel template and its entry points (cc/decode/wide/wide_kernel.h), instantiated in
-// instantiations/wide_kernels.cu. Work decomposition, pipeline, split merge and their measurements:
+// cc/decode/kernel_instances.bzl. Work decomposition, pipeline, split merge and their measurements:
 // docs/decode-kernels.md.
 #pragma once
 

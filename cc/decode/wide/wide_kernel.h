@@ -1,5 +1,5 @@
 // Entry points of one instantiation of the 64-head decode kernel (cc/decode/wide/wide_kernel.cuh), all
-// compiled in cc/decode/wide/instantiations/wide_kernels.cu. No device code here.
+// compiled in one file written by cc/decode/kernel_instances.bzl. No device code here.
 #pragma once
 
 #include <cuda_runtime.h>
