@@ -65,11 +65,9 @@ def hopper_and_ampere(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
     monkeypatch.setattr(torch.cuda, "get_device_capability",
                         lambda device=None: capabilities[current[0] if device is None else device])
-    for op in (decode, fa3):
-        op._availability.cache_clear()
+    library._device_availability.cache_clear()
     yield current
-    for op in (decode, fa3):
-        op._availability.cache_clear()
+    library._device_availability.cache_clear()
 
 
 @pytest.mark.parametrize("op", [decode, fa3], ids=["decode", "fa3"])

@@ -31,7 +31,7 @@ import torch
 
 from sparse_mla.checks import check_num_heads
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK
-from sparse_mla.ops.library import Availability, cuda_device_index, load_op_library, tensor_device_index
+from sparse_mla.ops.library import Availability, op_availability, tensor_device_index
 from sparse_mla.topk_filter import NO_DCP, DcpShard
 
 # The tuning constants below each say why in a line; docs/decode-tuning.md has the H200 measurements behind them.
@@ -423,14 +423,7 @@ def cluster_capacity(device_index: int) -> Callable[[int, int, int, int], int]:
 def is_available(device_index: Optional[int] = None) -> Availability:
     """Whether the decode op runs on CUDA device ``device_index`` (the current one when ``None``): a
     Hopper, the library built and loadable. Answered once per device."""
-    if not torch.cuda.is_available():
-        return Availability(False, "no CUDA device")
-    return _availability(cuda_device_index(device_index))
-
-
-@functools.lru_cache(maxsize=None)
-def _availability(device_index: int) -> Availability:
-    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index)
+    return op_availability(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index)
 
 
 def _register_fake() -> None:

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from sparse_mla.ops.library import Availability, cuda_device_index, load_op_library, tensor_device_index
+from sparse_mla.ops.library import Availability, op_availability, tensor_device_index
 from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from sparse_mla.topk_filter import NO_DCP, DcpShard
 
@@ -51,14 +51,7 @@ def is_available(device_index: Optional[int] = None) -> Availability:
         Truthy when usable; otherwise ``reason`` says why: no CUDA device, not Hopper, the
         extension was not built (or not found), or it failed to load.
     """
-    if not torch.cuda.is_available():
-        return Availability(False, "no CUDA device")
-    return _availability(cuda_device_index(device_index))
-
-
-@functools.lru_cache(maxsize=None)
-def _availability(device_index: int) -> Availability:
-    return load_op_library(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index, torch_bound=True)
+    return op_availability(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index, torch_bound=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -76,10 +76,12 @@ def tensor_device_index(tensor) -> Optional[int]:
     return tensor.device.index if isinstance(tensor, torch.Tensor) and tensor.is_cuda else None
 
 
-def load_op_library(
-    name: str, env: str, register_fake: Callable[[], None], device_index: int, torch_bound: bool = False
+def op_availability(
+    name: str, env: str, register_fake: Callable[[], None], device_index: Optional[int] = None,
+    torch_bound: bool = False,
 ) -> Availability:
-    """Whether library ``name`` runs on CUDA device ``device_index``, loading it into the process (once) if so.
+    """Whether library ``name`` runs on CUDA device ``device_index`` (the current one when ``None``),
+    loading it into the process (once) if so; answered once per device.
 
     ``torch_bound``: the library is built against one torch version's C++ API (not the stable ABI),
     so the installed package holds it per torch version (:func:`library_path`).
@@ -92,6 +94,13 @@ def load_op_library(
     """
     if not torch.cuda.is_available():
         return Availability(False, "no CUDA device")
+    return _device_availability(name, env, register_fake, cuda_device_index(device_index), torch_bound)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_availability(
+    name: str, env: str, register_fake: Callable[[], None], device_index: int, torch_bound: bool
+) -> Availability:
     major, minor = torch.cuda.get_device_capability(device_index)
     if major != REQUIRED_MAJOR_CAPABILITY:
         return Availability(False, f"{name} is built for sm_90a and needs compute capability 9.x, "
