@@ -44,9 +44,8 @@ def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.
     granule = cluster_size * cta_chunk
     positions = -(-INDEX_TOPK // num_splits // granule) * granule
     head_groups = -(-num_heads // (decode.HEAD_TILE_ROWS * head_tiles))
-    kernel = decode.WIDE_KERNEL if head_tiles == decode.WIDE_HEAD_TILES else decode.NARROW_KERNEL
     return decode.DecodePlan(num_tokens, num_heads, head_tiles, cta_chunk, head_groups,
-                             -(-INDEX_TOPK // positions), positions, kernel, cluster_size)
+                             -(-INDEX_TOPK // positions), positions, decode.kernel_for(head_tiles), cluster_size)
 
 
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):

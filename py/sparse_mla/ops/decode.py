@@ -296,9 +296,15 @@ def plan(
         head_groups=head_groups,
         num_splits=-(-topk // positions_per_split),
         positions_per_split=positions_per_split,
-        kernel=WIDE_KERNEL if wide else NARROW_KERNEL,
+        kernel=kernel_for(head_tiles),
         cluster_size=cluster_size,
     )
+
+
+def kernel_for(head_tiles: int) -> int:
+    """The kernel that serves ``head_tiles`` head tiles per CTA: :data:`WIDE_KERNEL` for
+    :data:`WIDE_HEAD_TILES`, else :data:`NARROW_KERNEL` (the rule of :func:`plan`)."""
+    return WIDE_KERNEL if head_tiles == WIDE_HEAD_TILES else NARROW_KERNEL
 
 
 def narrow_head_tiles(num_heads: int) -> int:
@@ -408,7 +414,7 @@ def max_active_clusters(
     availability = is_available(device_index)
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
-    kernel = WIDE_KERNEL if head_tiles == WIDE_HEAD_TILES else NARROW_KERNEL  # the plan's rule (plan())
+    kernel = kernel_for(head_tiles)
     with torch.cuda.device(device_index):
         return torch.ops.sparse_mla_decode.max_active_clusters(
             kernel, head_tiles, cta_chunk, cluster_size, False, positions_per_split)
