@@ -13,10 +13,9 @@
 namespace sparse_mla {
 namespace decode {
 
-constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z
-
 // The parameters of tokens [first, first + count) of `p` alone (the kernels index every per-token
-// tensor and the split workspace by token).
+// tensor and the split partials by token). The slices' launches run in turn and reuse one set of
+// counters, which each leaves zero: a workspace's counters need hold one launch's only.
 inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, int count) {
   SparseDecodeParams part = p;
   const int64_t t = first;
@@ -33,7 +32,6 @@ inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, in
   if (p.num_splits > 1) {
     part.partial_out = p.partial_out + groups * p.num_splits * heads_per_cta * kKvLoraRank;
     part.partial_lse = p.partial_lse + groups * p.num_splits * kClusterSize * heads_per_cta;
-    part.counters = p.counters + groups * kClusterSize;
   }
   part.num_tokens = count;
   return part;

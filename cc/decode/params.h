@@ -16,6 +16,7 @@ constexpr int kClusterSize = 8;        // CTAs that share one split of a token's
 constexpr int kHeadTileRows = 16;      // query heads per mma row tile (m16n8k16)
 constexpr int kMaxSplits = 64;         // most splits of one token's positions (workspace sizes)
 constexpr int kMaxPositionsPerSplit = 8192;
+constexpr int kMaxGridZ = 65535;       // CUDA's limit on gridDim.z: (token, head group) pairs of one launch
 
 // Which decode kernel a launch runs (the op's `kernel` argument; NARROW_KERNEL / WIDE_KERNEL in Python).
 enum class DecodeKernel : int {
@@ -55,7 +56,7 @@ struct SparseDecodeParams {
   float* partial_out;   // [T, head_groups, num_splits, heads_per_cta, 512] fp32 (the wide kernel from
                         // wide::kBf16PartialMinSplits splits on: bf16, in the first half)
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
-  int32_t* counters;    // [T, head_groups, kClusterSize]
+  int32_t* counters;    // [T, head_groups, kClusterSize], T * head_groups <= kMaxGridZ (one launch)
   int num_tokens, num_heads;
   int head_tiles;       // heads per CTA = 16 * head_tiles, 1 or 2 (kNarrow), 4 (kWide)
   int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
