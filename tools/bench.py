@@ -329,7 +329,7 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
                          decode.cluster_capacity(torch.cuda.current_device()), FLAGS.decode_cluster_size,
                          FLAGS.decode_cta_chunk, FLAGS.decode_head_tiles,
                          fp8_ds_mla=kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype)
-    workspace = decode.DecodeWorkspace.for_plans([launch], kv_cache.device)
+    workspace = decode.workspace_for_plans([launch], kv_cache.device)
     b = c.batch
     return lambda: decode.sparse_mla_decode(
         c.q_nope, c.q_rope, kv_cache, b.topk_indices, b.req_id, b.token_kv_len, b.block_table,

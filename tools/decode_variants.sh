@@ -100,8 +100,10 @@ for size in decode.CLUSTER_SIZES:
         for chunk in decode.CTA_CHUNKS:
             if tiles == decode.WIDE_HEAD_TILES and (size, chunk) != (1, decode.WIDE_CTA_CHUNK):
                 continue
+            kernel = decode.WIDE_KERNEL if tiles == decode.WIDE_HEAD_TILES else decode.NARROW_KERNEL
+            shape = lambda pps: decode.DecodePlan(1, 16 * tiles, tiles, chunk, 1, 1, pps, kernel, size)
             print('  clusters of', size, 'per wave, head_tiles', tiles, 'cta_chunk', chunk,
-                  [(pps, decode.max_active_clusters(tiles, chunk, size, pps, 0)) for pps in (256, 512, 1024, 2048)])
+                  [(pps, decode.max_active_clusters(shape(pps), 0)) for pps in (256, 512, 1024, 2048)])
 " 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
     PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1

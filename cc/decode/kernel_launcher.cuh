@@ -15,7 +15,7 @@ namespace decode {
 
 // The parameters of tokens [first, first + count) of `p` alone (the kernels index every per-token
 // tensor and the split partials by token). The slices' launches run in turn and reuse one set of
-// counters, which each leaves zero: a workspace's counters need hold one launch's only.
+// counters, which each leaves zero: a workspace's counters region holds one launch's (decode_plan.h).
 inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, int count) {
   SparseDecodeParams part = p;
   const int64_t t = first;

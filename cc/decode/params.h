@@ -18,7 +18,7 @@ constexpr int kMaxSplits = 64;         // most splits of one token's positions (
 constexpr int kMaxPositionsPerSplit = 8192;
 constexpr int kMaxGridZ = 65535;       // CUDA's limit on gridDim.z: (token, head group) pairs of one launch
 
-// Which decode kernel a launch runs (the op's `kernel` argument; NARROW_KERNEL / WIDE_KERNEL in Python).
+// Which decode kernel a launch runs (the plan's `kernel` field; NARROW_KERNEL / WIDE_KERNEL in Python).
 enum class DecodeKernel : int {
   kNarrow = 0,  // 16 or 32 heads per CTA, mma.sync (cc/decode/narrow/)
   kWide = 1,    // 64 heads per CTA, wgmma with producer warpgroups (cc/decode/wide/)
@@ -51,8 +51,9 @@ struct SparseDecodeParams {
   void* out;
   int64_t out_token_stride, out_head_stride;
   float* lse;
-  // Split-KV workspace (num_splits > 1): partial outputs, base-2 LSEs and arrival counters (zero
-  // between launches; the last arriving CTA of a group resets its counter).
+  // Split-KV workspace (num_splits > 1; regions of one tensor, cc/decode/decode_plan.h): partial
+  // outputs, base-2 LSEs and arrival counters (zero between launches; the last arriving CTA of a group
+  // resets its counter).
   float* partial_out;   // [T, head_groups, num_splits, heads_per_cta, 512] fp32 (the wide kernel from
                         // wide::kBf16PartialMinSplits splits on: bf16, in the first half)
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]

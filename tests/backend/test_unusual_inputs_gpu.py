@@ -81,9 +81,10 @@ def test_a_failed_cuda_call_leaves_the_process_usable():
     if not decode.is_available():
         pytest.skip(f"the decode op library is not available: {decode.is_available().reason}")
     # The wide kernel with 8192 positions per split passes the op's shape checks but not the device's shared memory.
+    wide = decode.DecodePlan(1, 64, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, decode.MAX_POSITIONS_PER_SPLIT,
+                             decode.WIDE_KERNEL, 1)
     with pytest.raises(RuntimeError, match="sparse_mla: cudaOccupancyMaxActiveClusters failed"):
-        torch.ops.sparse_mla_decode.max_active_clusters(decode.WIDE_KERNEL, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK,
-                                                        1, False, decode.MAX_POSITIONS_PER_SPLIT)
+        torch.ops.sparse_mla_decode.max_active_clusters(wide.op_value(), False)
     x = torch.randn(4, device="cuda")
     assert torch.isfinite((x * 2).sum()).item()
 

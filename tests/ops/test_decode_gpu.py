@@ -52,7 +52,7 @@ def run_decode(case, launch=None, workspace=None, out=None, lse=None):
     """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
     num_tokens, num_heads = case.q_nope.shape[:2]
     launch = launch or decode.plan(num_tokens, num_heads, _num_sms(), fp8_ds_mla=case.kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype)
-    workspace = workspace or decode.DecodeWorkspace.for_plans([launch], _device())
+    workspace = decode.workspace_for_plans([launch], _device()) if workspace is None else workspace
     if out is None:
         out, lse = testing.poisoned_outputs(num_tokens, num_heads, _device())
     decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
@@ -203,7 +203,7 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
     """Capture at a padded T; replay with fewer real tokens (padding: req 0, length 0) and new data."""
     device = _device()
     launch = decode.plan(padded_tokens, num_heads, _num_sms())
-    workspace = decode.DecodeWorkspace.for_max_tokens(16, num_heads, _num_sms(), device)
+    workspace = decode.workspace_for_max_tokens(16, num_heads, _num_sms(), device)
     static = testing.make_attention_case(padded_tokens, num_heads, device, seed=1)
     out, lse = testing.poisoned_outputs(padded_tokens, num_heads, device)
 
@@ -229,7 +229,9 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
         assert (out[real:] == 0).all() and torch.isneginf(lse[real:]).all()
         eager_out, eager_lse = run_decode(static, launch, workspace)
         assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse), "replay differs from eager"
-    assert torch.count_nonzero(workspace.counters) == 0, "arrival counters must be zero after every launch"
+    layout = decode.workspace_layout(launch)
+    counters = workspace[layout.counters_offset:layout.counters_offset + layout.counters_bytes]
+    assert torch.count_nonzero(counters) == 0, "arrival counters must be zero after every launch"
 
 
 def _fp8_case(case):
@@ -255,7 +257,7 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
 @pytest.mark.parametrize("num_tokens, num_heads", [(160, 64), (80, 128), (265, 16), (140, 32)])
 def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_heads):
     """fp8_ds_mla where the plan on this device's capacity, as the decode route makes it, splits without
-    the CTAs-per-SM cap, in a workspace sized by DecodeWorkspace.for_max_tokens: the wide kernel's
+    the CTAs-per-SM cap, in a workspace sized by decode.workspace_for_max_tokens: the wide kernel's
     unsplit grid a wave and a short tail (160 CTAs: 1.2 waves of 132 SMs, 1.4 of 114;
     decode.FP8_WIDE_TAIL_MAX_WAVES), and the first kernel's between 1 and 4 CTAs per SM (16 and 32 heads
     per CTA; decode.FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)."""
@@ -265,8 +267,8 @@ def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_
     launch = decode.plan(num_tokens, num_heads, _num_sms(), cluster_capacity=capacity, fp8_ds_mla=True)
     kernel = decode.WIDE_HEAD_TILES if num_heads > 32 else decode.narrow_head_tiles(num_heads)
     assert launch.head_tiles == kernel and launch.num_splits > 1, launch
-    workspace = decode.DecodeWorkspace.for_max_tokens(num_tokens, num_heads, _num_sms(), _device(),
-                                                      cluster_capacity=capacity, fp8_ds_mla=True)
+    workspace = decode.workspace_for_max_tokens(num_tokens, num_heads, _num_sms(), _device(),
+                                                cluster_capacity=capacity, fp8_ds_mla=True)
     out, lse = run_decode(case, launch, workspace)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads} {launch}")
 
@@ -341,7 +343,7 @@ def test_fp8_ds_mla_cuda_graph_replays_new_contents():
     device = _device()
     static = _fp8_case(testing.make_attention_case(4, 16, device, seed=11))
     launch = decode.plan(4, 16, _num_sms())
-    workspace = decode.DecodeWorkspace.for_plans([launch], device)
+    workspace = decode.workspace_for_plans([launch], device)
     out, lse = testing.poisoned_outputs(4, 16, device)
 
     def call():
@@ -364,12 +366,13 @@ def test_fp8_ds_mla_cuda_graph_replays_new_contents():
 def test_bad_arguments_raise_naming_the_argument():
     case = testing.make_attention_case(2, 16, _device(), seed=4)
     launch = decode.plan(2, 16, _num_sms())
-    workspace = decode.DecodeWorkspace.for_plans([launch], _device())
+    assert launch.num_splits > 1, launch  # the workspace is read
+    workspace = decode.workspace_for_plans([launch], _device())
     out, lse = testing.poisoned_outputs(2, 16, _device())
     inputs = list(case.inputs())
 
     def call(args, **kwargs):
-        params = dict(launch=launch, workspace=workspace, out=out, lse=lse)
+        params = dict(plan=launch, workspace=workspace, out=out, lse=lse)
         params.update(kwargs)
         decode.sparse_mla_decode(*args, DEEPSEEK_V32_SOFTMAX_SCALE, **params)
 
@@ -390,25 +393,32 @@ def test_bad_arguments_raise_naming_the_argument():
         call(inputs, out=out[:, :8])
     with pytest.raises(ValueError, match="lse"):
         call(inputs, lse=lse[:1])
-    with pytest.raises(ValueError, match="launch"):
-        call(inputs, launch=decode.plan(3, 16, _num_sms()))
-    with pytest.raises(ValueError, match="cluster_size"):
-        call(inputs, launch=dataclasses.replace(launch, cluster_size=2))
-    with pytest.raises(ValueError, match="kernel"):
-        call(inputs, launch=dataclasses.replace(launch, kernel=2))
-    with pytest.raises(ValueError, match="head_tiles"):  # the narrow kernel's head tiles are 1 or 2
-        call(inputs, launch=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES))
-    with pytest.raises(ValueError, match="the wide kernel"):  # the wide kernel has one stage size
-        call(inputs, launch=dataclasses.replace(launch, kernel=decode.WIDE_KERNEL, head_tiles=decode.WIDE_HEAD_TILES,
-                                                cta_chunk=16, cluster_size=1))
+    with pytest.raises(ValueError, match=r"argument 'plan' was made for \(T, N\) = \(3, 16\)"):
+        call(inputs, plan=decode.plan(3, 16, _num_sms()))
+    with pytest.raises(ValueError, match="argument 'plan' expected cluster_size"):
+        call(inputs, plan=dataclasses.replace(launch, cluster_size=2))
+    with pytest.raises(ValueError, match="argument 'plan' expected kernel"):
+        call(inputs, plan=dataclasses.replace(launch, kernel=2))
+    with pytest.raises(ValueError, match="argument 'plan' expected head_tiles"):  # the narrow kernel's: 1 or 2
+        call(inputs, plan=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES))
+    with pytest.raises(ValueError, match="argument 'plan': the wide kernel"):  # the wide kernel has one stage size
+        call(inputs, plan=dataclasses.replace(launch, kernel=decode.WIDE_KERNEL, head_tiles=decode.WIDE_HEAD_TILES,
+                                              cta_chunk=16, cluster_size=1))
+    uncovered = launch.positions_per_split  # one split: less than the top-k row
+    with pytest.raises(ValueError, match=f"argument 'plan': num_splits \\* positions_per_split = {uncovered} expected"):
+        call(inputs, plan=dataclasses.replace(launch, num_splits=1))
     # One wide split of 7712 positions: 232,576 B of shared memory, over Hopper's 232,448 per block.
     too_long = decode.DecodePlan(2, 16, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, 7712, decode.WIDE_KERNEL, 1)
     with pytest.raises(ValueError, match="shared memory"):
-        call(inputs, launch=too_long)
-    if launch.num_splits > 1:
-        with pytest.raises(ValueError, match="workspace"):
-            call(inputs, workspace=None)
-        small = decode.DecodeWorkspace.for_plans([], _device())
-        with pytest.raises(ValueError, match="partial_out"):
-            call(inputs, workspace=small)
+        call(inputs, plan=too_long)
+    needed = decode.workspace_bytes(launch)
+    for bad, message in [
+        (workspace[:needed - 1], f"argument 'workspace' expected at least {needed} bytes"),
+        (workspace[8:], "argument 'workspace' expected a 16-byte aligned address, got one 8 bytes past"),
+        (workspace.view(torch.int32), "argument 'workspace' expected dtype"),
+        (workspace.cpu(), "argument 'workspace' expected device cuda"),
+        (workspace.view(-1, 2), "argument 'workspace' expected 1 dimensions"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call(inputs, workspace=bad)
     assert torch.isnan(out.float()).all(), "a rejected call must not write the output"

@@ -1,4 +1,5 @@
-"""CPU: the decode kernel's launch plan and workspace sizing (sparse_mla.ops.decode), no GPU needed."""
+"""CPU: the decode kernel's launch plan (sparse_mla.ops.decode), no GPU nor op library needed; its workspace
+layout and the op's plan checks are tests/ops/test_decode_workspace.py's."""
 
 import dataclasses
 
@@ -7,8 +8,7 @@ import torch
 
 from sparse_mla.constants import INDEX_TOPK
 from sparse_mla.ops import decode
-
-H200_SMS = 132
+from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
 
 
 @pytest.mark.parametrize(
@@ -64,25 +64,6 @@ def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk
     assert launch.heads_per_cta * launch.head_groups >= num_heads
 
 
-H200_CLUSTERS_PER_WAVE = {16: 45, 32: 15}
-"""cudaOccupancyMaxActiveClusters of the kernel on the H200 by CTA stage size, 16 heads per CTA
-(2026-11-30, tools/decode_variants.sh: 80 registers, 65 / 130 KB of shared memory)."""
-
-H200_CTAS_PER_WAVE = {(1, 16): 3 * H200_SMS, (1, 32): H200_SMS, (2, 16): 2 * H200_SMS, (2, 32): H200_SMS}
-"""The same for one CTA per split by (head tiles, stage size): 16 heads per CTA, 3 CTAs per SM with
-16-position stages, 1 with 32 (shared memory); 32 heads per CTA, 2 and 1 (registers, shared memory;
-the device's count in the fp8 split sweeps: 264, docs/decode-tuning.md)."""
-
-
-def h200_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split):
-    assert head_tiles in decode.HEAD_TILES and positions_per_split % (cluster_size * cta_chunk) == 0
-    if head_tiles == decode.WIDE_HEAD_TILES:
-        return H200_SMS  # one CTA per SM (registers and shared memory)
-    if cluster_size == decode.CLUSTER_SIZE:
-        return H200_CLUSTERS_PER_WAVE[cta_chunk]
-    return H200_CTAS_PER_WAVE[head_tiles, cta_chunk]
-
-
 @pytest.mark.parametrize(
     "num_tokens, num_heads, num_splits",
     [
@@ -111,7 +92,7 @@ def test_plan_fits_cluster_waves(num_tokens, num_heads, num_splits):
 def test_plan_with_unlimited_capacity_is_the_plain_plan():
     for num_tokens in (1, 2, 3, 8, 40):
         for num_heads in (1, 16, 32, 64, 128):
-            assert decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=lambda t, c, s, p: 10**6) == decode.plan(
+            assert decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=lambda candidate: 10**6) == decode.plan(
                 num_tokens, num_heads, H200_SMS)
 
 
@@ -127,7 +108,7 @@ def test_wide_kernel_only_up_to_its_topk():
 @pytest.mark.parametrize("fp8_ds_mla", [False, True])
 def test_wide_topk_plans_are_launchable(topk, fp8_ds_mla):
     """Every plan of a top-k wider than the default is one the op accepts: no split above the kernel's
-    positions limit, at most MAX_SPLITS splits that cover the row (and the workspace holds them)."""
+    positions limit, at most MAX_SPLITS splits that cover the row."""
     for num_heads in (1, 16, 32, 64, 128):
         shapes = [dict(), dict(cluster_size=1), dict(cluster_size=decode.CLUSTER_SIZE)]
         if topk <= decode.MAX_SPLITS * decode.WIDE_MAX_TOPK and num_heads > 16:
@@ -144,11 +125,6 @@ def test_wide_topk_plans_are_launchable(topk, fp8_ds_mla):
                     assert 1 <= launch.num_splits <= decode.MAX_SPLITS
                     assert launch.num_splits * launch.positions_per_split >= topk
                     assert (launch.num_splits - 1) * launch.positions_per_split < topk  # no empty split
-    ws = decode.DecodeWorkspace.for_max_tokens(8, 64, H200_SMS, torch.device("cpu"), topk=topk,
-                                               cluster_capacity=h200_capacity, fp8_ds_mla=fp8_ds_mla)
-    for t in range(1, 9):
-        assert ws.partial_out.numel() >= decode.plan(t, 64, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
-                                                     fp8_ds_mla=fp8_ds_mla).partial_out_numel
 
 
 def test_plan_refuses_a_topk_no_split_count_holds():
@@ -235,30 +211,28 @@ def test_fp8_narrow_plan_past_one_cta_per_sm_splits_without_the_cap(num_tokens, 
     assert (fp8.num_splits, bf16.num_splits) == (fp8_splits, bf16_splits)
 
 
-@pytest.mark.parametrize("fp8_ds_mla", [False, True])
-@pytest.mark.parametrize("num_heads", [16, 32, 64, 128])
-def test_workspace_covers_every_planned_token_count(num_heads, fp8_ds_mla):
-    ws = decode.DecodeWorkspace.for_max_tokens(600, num_heads, H200_SMS, torch.device("cpu"),
-                                               cluster_capacity=h200_capacity, fp8_ds_mla=fp8_ds_mla)
-    for t in range(1, 601):
-        for capacity in (None, h200_capacity):  # the planner on the CPU and on the H200
-            for cluster_size in (None,) + decode.CLUSTER_SIZES:
-                launch = decode.plan(t, num_heads, H200_SMS, cluster_capacity=capacity, cluster_size=cluster_size,
-                                     fp8_ds_mla=fp8_ds_mla)
-                assert ws.partial_out.numel() >= launch.partial_out_numel
-                assert ws.partial_lse.numel() >= launch.partial_lse_numel
-                assert ws.counters.numel() >= launch.counters_numel
-    one_wave = H200_SMS * 64 * 512  # fp32 partial outputs of one wave of the wide kernel's CTAs (17.3 MB)
-    if fp8_ds_mla and num_heads > 16:  # FP8_WIDE_TAIL_MAX_WAVES: N = 64, T = 165 splits its 165 CTAs 4 ways;
-        assert ws.partial_out.numel() <= 5 * one_wave  # 86.5 MB (and FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM: N = 32, T = 440)
-    elif fp8_ds_mla:  # N = 16, T = 495, 4 splits
-        assert ws.partial_out.numel() <= 3.75 * one_wave  # 64.9 MB
-    else:
-        assert ws.partial_out.numel() <= one_wave  # at most one wave of split partials
-    assert ws.partial_out.dtype == torch.float32 and ws.counters.dtype == torch.int32
-    assert torch.count_nonzero(ws.counters) == 0
-    unsplit = decode.plan(512, 16, H200_SMS)
-    assert unsplit.num_splits == 1 and unsplit.partial_out_numel == 0 and unsplit.counters_numel == 0
+def test_candidates_handed_to_the_capacity_are_the_plans_it_weighs():
+    """``cluster_capacity`` sees whole candidate plans of the step (its T, N, shape), one per split count
+    weighed, and the plan returned is one of them."""
+    seen = []
+
+    def capacity(candidate):
+        seen.append(candidate)
+        return h200_capacity(candidate)
+
+    launch = decode.plan(9, 16, H200_SMS, cluster_capacity=capacity)
+    assert launch in seen
+    assert {(c.num_tokens, c.num_heads, c.head_tiles, c.cta_chunk, c.cluster_size, c.kernel) for c in seen} == {
+        (9, 16, launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.kernel)}
+    assert all(c.num_splits * c.positions_per_split >= INDEX_TOPK for c in seen)
+    assert len({c.num_splits for c in seen}) > 1
+
+
+def test_plan_value_is_the_fields_in_order():
+    launch = decode.plan(3, 100, H200_SMS)
+    assert launch.op_value() == [launch.kernel, 3, 100, launch.head_tiles, launch.cta_chunk, launch.cluster_size,
+                                 launch.num_splits, launch.positions_per_split]
+    assert all(isinstance(v, int) for v in launch.op_value())
 
 
 @pytest.mark.parametrize("kwargs, name", [

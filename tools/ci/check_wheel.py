@@ -5,7 +5,9 @@
 For each stable-ABI library of the wheel: it lies in the installed package and sparse_mla finds it
 there; it references no symbol of libtorch's C++ API (only the stable C shim); torch.ops.load_library
 loads it; every op its sources define (m.def in cc/) is registered with exactly that schema, and each
-op its sources implement for CUDA has a CUDA kernel. Exits non-zero naming the first failure.
+op its sources implement for CUDA has a CUDA kernel; the decode library's host-only op (the workspace
+layout of a plan, int[] in and out) answers and refuses a bad plan with a ValueError naming it. Exits
+non-zero naming the first failure.
 """
 
 import re
@@ -68,6 +70,20 @@ def check(root: Path) -> None:
                 for key in keys:
                     assert torch._C._dispatch_has_kernel_for_dispatch_key(op, key), f"{op}: no {key} kernel"
         print(f"{name}: loaded from {path}, ops registered with their schemas")
+    check_workspace_layout()
+
+
+def check_workspace_layout() -> None:
+    """The plan value and the layout cross the stable ABI as int lists in this torch too."""
+    layout = decode.workspace_layout(decode.plan(1, 16, 132))
+    assert 0 < layout.partial_out_offset < layout.partial_lse_offset < layout.total_bytes, layout
+    try:
+        torch.ops.sparse_mla_decode.workspace_layout([])
+    except ValueError as error:
+        assert "argument 'plan'" in str(error), error
+    else:
+        raise AssertionError("sparse_mla_decode::workspace_layout accepted an empty plan")
+    print(f"  workspace_layout of a plan: {tuple(layout)}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The latency-first sparse-MLA decode kernels (``cc/decode/``) as the torch op
-``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call. The same library
-holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
+``sparse_mla_decode::fwd``: its launch plan, its split-KV workspace and the call. The op takes the plan
+as one ``int[]`` value (:meth:`DecodePlan.op_value`) and one caller-owned uint8 workspace of at least
+:func:`workspace_bytes` bytes, which it carves itself (the op ``workspace_layout`` says where). The same
+library holds the metadata builder's kernel (:mod:`sparse_mla.ops.token_metadata`).
 
 One launch per call (two on the wide kernel with several splits): each CTA gathers whole slots of
 its slice of a token's top-k row and attends them on its own; the 8 CTAs of a cluster merge their
@@ -18,20 +20,20 @@ loads in every torch from 2.11 on. Elsewhere, point ``SPARSE_MLA_DECODE_LIBRARY`
 Example
 -------
 >>> plan = decode.plan(num_tokens=1, num_heads=16, num_sms=132)
->>> workspace = decode.DecodeWorkspace.for_max_tokens(16, 16, 132, device=q_nope.device)
+>>> workspace = decode.workspace_for_max_tokens(16, 16, 132, device=q_nope.device)
 >>> decode.sparse_mla_decode(q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len,
 ...                          block_table, DEEPSEEK_V32_SOFTMAX_SCALE, plan, workspace, out=out)
 """
 
 import dataclasses
 import functools
-from typing import Callable, Optional, Tuple
+from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 
 from sparse_mla.checks import check_num_heads
-from sparse_mla.constants import INDEX_TOPK, KV_LORA_RANK
-from sparse_mla.ops.library import Availability, op_availability, tensor_device_index
+from sparse_mla.constants import INDEX_TOPK
+from sparse_mla.ops.library import Availability, load_once, op_availability, tensor_device_index
 from sparse_mla.topk_filter import NO_DCP, DcpShard
 
 # The tuning constants below each say why in a line; docs/decode-tuning.md has the H200 measurements behind them.
@@ -143,25 +145,14 @@ class DecodePlan:
     def num_ctas(self) -> int:
         return self.cluster_size * self.num_splits * self.num_tokens * self.head_groups
 
-    @property
-    def partial_out_numel(self) -> int:
-        """fp32 partial outputs `[T, head_groups, splits, heads per CTA, 512]` (0 without splits); the wide
-        kernel stores them as bf16 in the first half from 8 splits on (``kBf16PartialMinSplits``)."""
-        if self.num_splits == 1:
-            return 0
-        return self.num_tokens * self.head_groups * self.num_splits * self.heads_per_cta * KV_LORA_RANK
+    def op_value(self) -> List[int]:
+        """The plan as the ops take it: its :data:`PLAN_FIELDS` in that order (``head_groups`` follows from them)."""
+        return [getattr(self, field) for field in PLAN_FIELDS]
 
-    @property
-    def partial_lse_numel(self) -> int:
-        """fp32 base-2 LSEs `[T, head_groups, splits, 8, heads per CTA]` (0 without splits)."""
-        if self.num_splits == 1:
-            return 0
-        return self.num_tokens * self.head_groups * self.num_splits * CLUSTER_SIZE * self.heads_per_cta
 
-    @property
-    def counters_numel(self) -> int:
-        """int32 arrival counters `[T, head_groups, 8]` (0 without splits)."""
-        return 0 if self.num_splits == 1 else self.num_tokens * self.head_groups * CLUSTER_SIZE
+PLAN_FIELDS = ("kernel", "num_tokens", "num_heads", "head_tiles", "cta_chunk", "cluster_size", "num_splits",
+               "positions_per_split")
+"""The order of the ops' ``int[] plan`` (``PlanField`` in cc/decode/decode_plan.h)."""
 
 
 def plan(
@@ -170,7 +161,7 @@ def plan(
     num_sms: int,
     topk: int = INDEX_TOPK,
     ctas_per_sm: Optional[int] = None,
-    cluster_capacity: Optional[Callable[[int, int, int, int], int]] = None,
+    cluster_capacity: Optional[Callable[[DecodePlan], int]] = None,
     cluster_size: Optional[int] = None,
     cta_chunk: Optional[int] = None,
     head_tiles: Optional[int] = None,
@@ -198,8 +189,8 @@ def plan(
     (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256 positions (64 CTAs of 32 positions),
     T = 8 → 4 splits of 512.
 
-    ``cluster_capacity(head_tiles, cta_chunk, cluster_size, positions_per_split)``, when given, is the
-    number of clusters (CTAs, for ``cluster_size`` 1) the device runs at once (:func:`max_active_clusters`).
+    ``cluster_capacity(candidate)``, when given, is the number of clusters (CTAs, for ``cluster_size`` 1) of
+    a candidate plan's kernel configuration the device runs at once (:func:`max_active_clusters`).
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
     suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
     the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
@@ -265,11 +256,18 @@ def plan(
             f"more than MAX_SPLITS = {MAX_SPLITS}")
     splits = (num_sms * ctas_per_sm) // (cluster_size * token_groups)
     splits = max(min_splits, min(splits, MAX_SPLITS, chunks))
+
+    def candidate(s: int) -> DecodePlan:  # s splits asked for: whole granules each, only splits that hold positions
+        positions = -(-chunks // s) * granule
+        return DecodePlan(num_tokens=num_tokens, num_heads=num_heads, head_tiles=head_tiles, cta_chunk=cta_chunk,
+                          head_groups=head_groups, num_splits=-(-topk // positions), positions_per_split=positions,
+                          kernel=kernel_for(head_tiles), cluster_size=cluster_size)
+
     if cluster_capacity is not None:
 
         def positions_and_capacity(s: int) -> Tuple[int, int]:  # a split's positions, clusters per wave
-            positions = -(-chunks // s) * granule
-            return positions, max(1, cluster_capacity(head_tiles, cta_chunk, cluster_size, positions))
+            launch = candidate(s)
+            return launch.positions_per_split, max(1, cluster_capacity(launch))
 
         uncapped = False  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
         if fp8_ds_mla and cluster_size == 1:
@@ -287,18 +285,7 @@ def plan(
         if uncapped:
             splits = max(min_splits, min(UNCAPPED_MAX_SPLITS, chunks))
         splits = min(range(min_splits, splits + 1), key=wave_steps)  # the fewest splits among the shortest
-    positions_per_split = -(-chunks // splits) * granule
-    return DecodePlan(
-        num_tokens=num_tokens,
-        num_heads=num_heads,
-        head_tiles=head_tiles,
-        cta_chunk=cta_chunk,
-        head_groups=head_groups,
-        num_splits=-(-topk // positions_per_split),
-        positions_per_split=positions_per_split,
-        kernel=kernel_for(head_tiles),
-        cluster_size=cluster_size,
-    )
+    return candidate(splits)
 
 
 def kernel_for(head_tiles: int) -> int:
@@ -330,99 +317,119 @@ def _default_head_tiles(
     return WIDE_HEAD_TILES if wide else narrow_head_tiles(num_heads)
 
 
-@dataclasses.dataclass
-class DecodeWorkspace:
-    """Split-KV buffers shared by every call up to a size (addresses fixed for CUDA graphs).
+class WorkspaceLayout(NamedTuple):
+    """Where a plan's split-KV buffers lie in its workspace, in bytes (all 0 for one split): int32 arrival
+    counters first (a region of one size for every plan, so that plans sharing a workspace find them
+    zero), then fp32 partial outputs `[T, head_groups, splits, heads per CTA, 512]` (the wide kernel stores
+    bf16 in their first half from 8 splits on) and fp32 base-2 LSEs `[T, head_groups, splits, 8, heads per
+    CTA]`, each at a 256-byte offset. The op ``workspace_layout`` computes it (cc/decode/decode_plan.h)."""
 
-    ``counters`` start at zero and are zero again after every launch (the last CTA of each group
-    resets its own), so one workspace serves all layers of a step and every replay of a graph, on
-    one stream at a time.
+    counters_offset: int
+    counters_bytes: int
+    partial_out_offset: int
+    partial_out_bytes: int
+    partial_lse_offset: int
+    partial_lse_bytes: int
+    total_bytes: int  # the least workspace size of the plan
+
+
+def workspace_layout(plan: DecodePlan) -> WorkspaceLayout:
+    """The layout the op carves from the workspace of ``plan``; needs the op library, not a GPU.
+
+    Raises
+    ------
+    RuntimeError
+        The op library is not built or does not load (the reason is in the message).
+    ValueError
+        ``plan`` is not one the kernels are built for (the message names the field).
     """
-
-    partial_out: torch.Tensor  # fp32, flat
-    partial_lse: torch.Tensor  # fp32, flat
-    counters: torch.Tensor  # int32, flat, zero between launches
-
-    @classmethod
-    def for_plans(cls, plans, device: torch.device) -> "DecodeWorkspace":
-        """Buffers large enough for each plan of ``plans`` (an iterable of :class:`DecodePlan`)."""
-        plans = list(plans)
-        sizes = [max([getattr(p, f) for p in plans], default=0) for f in ("partial_out_numel", "partial_lse_numel", "counters_numel")]
-        return cls(
-            partial_out=torch.empty(max(sizes[0], 1), dtype=torch.float32, device=device),
-            partial_lse=torch.empty(max(sizes[1], 1), dtype=torch.float32, device=device),
-            counters=torch.zeros(max(sizes[2], 1), dtype=torch.int32, device=device),
-        )
-
-    @classmethod
-    def for_max_tokens(
-        cls, max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
-        ctas_per_sm: Optional[int] = None, cluster_capacity: Optional[Callable[[int, int, int, int], int]] = None,
-        fp8_ds_mla: bool = False,
-    ) -> "DecodeWorkspace":
-        """Buffers for every token count ``1..max_tokens`` of :func:`plan` (without and, when given, with
-        ``cluster_capacity``) on the bf16 or (``fp8_ds_mla``) the fp8_ds_mla cache, with either cluster
-        size and either kernel.
-
-        Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
-        ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
-        one CTA per SM). With ``cluster_capacity``, fp8_ds_mla's wide-kernel grids of 1 to
-        :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too, up to five waves' partials (86.5 MB on the H200:
-        N = 64, T = 165, 4 splits of 165 CTAs), and so do the first kernel's of 1 to
-        :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
-        N = 32: 86.5 MB at T = 440, 3 splits)."""
-        shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
-        if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take it above
-            shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
-        capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
-        # More tokens never split again once a step's plans do not: on the bf16 cache from there on; on the
-        # fp8_ds_mla cache once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide
-        # kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM and the first
-        # kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
-        last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
-        min_tokens = max(FP8_THREE_CTAS_MIN_GROUPS, last_band) if fp8_ds_mla else 0
-        plans = []
-        for t in range(1, max_tokens + 1):
-            step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
-                    for shape in shapes for capacity in capacities]
-            plans += step
-            if t >= min_tokens and all(p.num_splits == 1 for p in step):
-                break
-        return cls.for_plans(plans, device)
+    _load_host_ops()
+    return WorkspaceLayout(*torch.ops.sparse_mla_decode.workspace_layout(plan.op_value()))
 
 
-@functools.lru_cache(maxsize=None)
-def max_active_clusters(
-    head_tiles: int, cta_chunk: int, cluster_size: int, positions_per_split: int, device_index: int
-) -> int:
-    """Clusters of the kernel's configuration that CUDA device ``device_index`` runs at once
-    (``cudaOccupancyMaxActiveClusters``; for ``cluster_size`` 1, CTAs per SM times SMs; cached). Pass
-    it to :func:`plan` as ``cluster_capacity``. Counted for the bf16 cache's kernel: the fp8_ds_mla one
-    stages 656-byte rows in less shared memory, and where it takes more registers (32-position stages:
-    ~134 with 16 heads, ~190 with 32) the bf16 one's shared memory already holds it to 1 CTA per SM;
-    so at least as many of its clusters fit and one count serves both formats.
+def workspace_bytes(plan: DecodePlan) -> int:
+    """The least size in bytes of ``plan``'s workspace (0 for one split); raises as :func:`workspace_layout`."""
+    return workspace_layout(plan).total_bytes
+
+
+def workspace_for_plans(plans: Iterable[DecodePlan], device: torch.device) -> torch.Tensor:
+    """A zeroed uint8 workspace `[bytes]` on ``device`` for every plan of ``plans``, the largest's size.
+
+    Its counters are zero and stay zero between launches (the last CTA of each group resets its own), so
+    one workspace serves every layer of a step, every plan of ``plans`` and every replay of a CUDA graph,
+    on one stream at a time; its address is fixed for CUDA graphs.
+    """
+    return torch.zeros(max((workspace_bytes(p) for p in plans), default=0), dtype=torch.uint8, device=device)
+
+
+def workspace_for_max_tokens(
+    max_tokens: int, num_heads: int, num_sms: int, device: torch.device, topk: int = INDEX_TOPK,
+    ctas_per_sm: Optional[int] = None, cluster_capacity: Optional[Callable[[DecodePlan], int]] = None,
+    fp8_ds_mla: bool = False,
+) -> torch.Tensor:
+    """:func:`workspace_for_plans` of every token count ``1..max_tokens`` of :func:`plan` (without and, when
+    given, with ``cluster_capacity``) on the bf16 or (``fp8_ds_mla``) the fp8_ds_mla cache, with either
+    cluster size and either kernel.
+
+    Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
+    ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
+    one CTA per SM). With ``cluster_capacity``, fp8_ds_mla's wide-kernel grids of 1 to
+    :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too, up to five waves' partials (86.5 MB on the H200:
+    N = 64, T = 165, 4 splits of 165 CTAs), and so do the first kernel's of 1 to
+    :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
+    N = 32: 86.5 MB at T = 440, 3 splits). The counters add 2 MiB (one launch's: 65535 groups of 8)."""
+    shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
+    if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take it above
+        shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
+    capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
+    # More tokens never split again once a step's plans do not: on the bf16 cache from there on; on the
+    # fp8_ds_mla cache once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide
+    # kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM and the first
+    # kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
+    last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
+    min_tokens = max(FP8_THREE_CTAS_MIN_GROUPS, last_band) if fp8_ds_mla else 0
+    plans = []
+    for t in range(1, max_tokens + 1):
+        step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
+                for shape in shapes for capacity in capacities]
+        plans += [p for p in step if p.num_splits > 1]
+        if t >= min_tokens and all(p.num_splits == 1 for p in step):
+            break
+    return workspace_for_plans(plans, device)
+
+
+def max_active_clusters(candidate: DecodePlan, device_index: int) -> int:
+    """Clusters of ``candidate``'s kernel configuration (kernel, head tiles, stage, cluster size, positions
+    per split) that CUDA device ``device_index`` runs at once (``cudaOccupancyMaxActiveClusters``; for
+    ``cluster_size`` 1, CTAs per SM times SMs; cached per configuration). Pass it to :func:`plan` as
+    ``cluster_capacity`` (:func:`cluster_capacity`). Counted for the bf16 cache's kernel: the fp8_ds_mla
+    one stages 656-byte rows in less shared memory, and where it takes more registers (32-position
+    stages: ~134 with 16 heads, ~190 with 32) the bf16 one's shared memory already holds it to 1 CTA per
+    SM; so at least as many of its clusters fit and one count serves both formats.
 
     Raises
     ------
     RuntimeError
         The op library is not available (the reason is in the message) or the query failed.
     ValueError
-        ``head_tiles`` not in :data:`HEAD_TILES`, ``cta_chunk`` not 16 or 32, ``cluster_size`` not 8
-        or 1 (the wide kernel: 32 and 1), or ``positions_per_split`` not a multiple of
-        ``cluster_size * cta_chunk`` in (0, 8192].
+        ``candidate`` is not a plan the kernels are built for (the message names the field).
     """
+    configuration = dataclasses.replace(candidate, num_tokens=1, num_splits=1)  # what occupancy depends on
+    return _max_active_clusters(configuration, device_index)
+
+
+@functools.lru_cache(maxsize=None)
+def _max_active_clusters(configuration: DecodePlan, device_index: int) -> int:
     availability = is_available(device_index)
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
-    kernel = kernel_for(head_tiles)
     with torch.cuda.device(device_index):
-        return torch.ops.sparse_mla_decode.max_active_clusters(
-            kernel, head_tiles, cta_chunk, cluster_size, False, positions_per_split)
+        return torch.ops.sparse_mla_decode.max_active_clusters(configuration.op_value(), False)
 
 
-def cluster_capacity(device_index: int) -> Callable[[int, int, int, int], int]:
-    """:func:`plan`'s ``cluster_capacity`` on CUDA device ``device_index``: ``(head_tiles, cta_chunk,
-    cluster_size, positions_per_split) -> clusters per wave`` (:func:`max_active_clusters`)."""
+def cluster_capacity(device_index: int) -> Callable[[DecodePlan], int]:
+    """:func:`plan`'s ``cluster_capacity`` on CUDA device ``device_index``: ``candidate plan -> clusters per
+    wave`` (:func:`max_active_clusters`)."""
     return functools.partial(max_active_clusters, device_index=device_index)
 
 
@@ -430,6 +437,13 @@ def is_available(device_index: Optional[int] = None) -> Availability:
     """Whether the decode op runs on CUDA device ``device_index`` (the current one when ``None``): a
     Hopper, the library built and loadable. Answered once per device."""
     return op_availability(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index)
+
+
+def _load_host_ops() -> None:
+    """Loads the op library for its host-only op ``workspace_layout`` (no CUDA device needed)."""
+    loaded = load_once(LIBRARY_NAME, LIBRARY_ENV, _register_fake, False)
+    if not loaded:
+        raise RuntimeError(f"sparse_mla: the decode op library is not available: {loaded.reason}")
 
 
 def _register_fake() -> None:
@@ -453,8 +467,8 @@ def sparse_mla_decode(
     token_kv_len: torch.Tensor,
     block_table: torch.Tensor,
     softmax_scale: float,
-    launch: DecodePlan,
-    workspace: Optional[DecodeWorkspace],
+    plan: DecodePlan,
+    workspace: torch.Tensor,
     out: torch.Tensor,
     lse: Optional[torch.Tensor] = None,
     topk_length: Optional[torch.Tensor] = None,
@@ -482,10 +496,12 @@ def sparse_mla_decode(
         `[num_reqs, max_blocks]` int32, last dimension contiguous.
     softmax_scale : float
         Score scale (DeepSeek-V3.2: ``192 ** -0.5``).
-    launch : DecodePlan
-        From :func:`plan` for this ``(T, N)``.
-    workspace : DecodeWorkspace or None
-        Large enough for ``launch`` (required when ``launch.num_splits > 1``).
+    plan : DecodePlan
+        From :func:`plan` for this ``(T, N)``; the op takes it as one value (:meth:`DecodePlan.op_value`).
+    workspace : torch.Tensor
+        uint8 `[bytes]` on the queries' device, 16-byte aligned, at least :func:`workspace_bytes` of
+        ``plan`` (0 for one split), its counters region zero (:func:`workspace_for_plans`); the op carves
+        it (:func:`workspace_layout`).
     out : torch.Tensor
         `[T, N, 512]` bf16, written; zero for a token without valid positions.
     lse : torch.Tensor, optional
@@ -506,25 +522,16 @@ def sparse_mla_decode(
     RuntimeError
         The op library is not available here (the reason is in the message).
     ValueError
-        A tensor's dtype, shape, device, strides or alignment, the plan or the workspace size is
-        wrong (checked in the op, before any launch; the message names the argument). A wrong dtype
+        A tensor's dtype, shape, device, strides or alignment, the plan (its fields, or a ``(T, N)`` other
+        than the queries'), or the workspace's dtype, device, size or alignment is wrong (checked in the op,
+        before any launch; the message names the argument). A wrong dtype
         is a ValueError too: an op of PyTorch's stable ABI can raise no TypeError.
     """
     availability = is_available(tensor_device_index(q_nope))
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
-    if launch.num_tokens != q_nope.shape[0] or launch.num_heads != q_nope.shape[1]:
-        raise ValueError(
-            f"sparse_mla: argument 'launch' planned for (T, N) = ({launch.num_tokens}, {launch.num_heads}), "
-            f"got q_nope of shape {tuple(q_nope.shape)}"
-        )
-    split = workspace if launch.num_splits > 1 else None
-    if launch.num_splits > 1 and workspace is None:
-        raise ValueError(f"sparse_mla: argument 'workspace' is required for a plan of {launch.num_splits} splits, got None")
     torch.ops.sparse_mla_decode.fwd(
-        q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale, launch.kernel,
-        launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits, launch.positions_per_split, out, lse,
-        split.partial_out if split else None, split.partial_lse if split else None, split.counters if split else None,
-        topk_length, dcp.rank, dcp.world_size, dcp.interleave,
+        q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale, plan.op_value(),
+        out, lse, workspace, topk_length, dcp.rank, dcp.world_size, dcp.interleave,
     )
     return out

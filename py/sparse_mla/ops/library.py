@@ -105,12 +105,13 @@ def _device_availability(
     if major != REQUIRED_MAJOR_CAPABILITY:
         return Availability(False, f"{name} is built for sm_90a and needs compute capability 9.x, "
                                    f"got {major}.{minor} on cuda:{device_index}")
-    return _load_once(name, env, register_fake, torch_bound)
+    return load_once(name, env, register_fake, torch_bound)
 
 
 @functools.lru_cache(maxsize=None)
-def _load_once(name: str, env: str, register_fake: Callable[[], None], torch_bound: bool) -> Availability:
-    """Loads library ``name`` into the process: at most once, whichever device asks first."""
+def load_once(name: str, env: str, register_fake: Callable[[], None], torch_bound: bool) -> Availability:
+    """Loads library ``name`` into the process: at most once, whichever device (or, for its host-only ops,
+    none) asks first. Pass the arguments positionally, as :func:`load_op_library` does (one cache entry)."""
     path = library_path(name, env, torch_bound)
     if path is None:
         return Availability(False, _not_found_reason(name, env, torch_bound))

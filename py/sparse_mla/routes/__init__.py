@@ -12,6 +12,8 @@ one module with a :class:`Route` subclass, one entry here and its types in the u
 
 from typing import Dict, Optional, Union
 
+import torch
+
 from sparse_mla.kernels import sparse_mla_attention
 from sparse_mla.ops import decode
 from sparse_mla.routes import fa3_route
@@ -30,7 +32,7 @@ ROUTES: Dict[str, Route] = {route.name: route for route in (DecodeRoute("decode"
 RoutePlan = Union[decode.DecodePlan, fa3_route.Plan, sparse_mla_attention.LaunchPlan]
 """What a route's ``plan`` returns."""
 
-RouteWorkspace = Union[decode.DecodeWorkspace, fa3_route.Workspace, sparse_mla_attention.SplitWorkspace]
+RouteWorkspace = Union[torch.Tensor, fa3_route.Workspace, sparse_mla_attention.SplitWorkspace]
 """What a route's ``make_workspace`` returns."""
 
 PreparedStep = Optional[fa3_route.Step]

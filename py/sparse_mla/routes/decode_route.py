@@ -3,9 +3,10 @@
 merges them in a second launch), reading the request-local top-k positions directly (no page table).
 
 Plan: :func:`sparse_mla.ops.decode.plan` of the step, sized to the waves of the builder's CUDA device.
-Workspace: one :class:`~sparse_mla.ops.decode.DecodeWorkspace` for every ``T`` up to the builder's maximum
-(grids of up to a wave of CTAs split, so it stays below ~17 MB on an H200; on the fp8_ds_mla cache the wide
-kernel's grids of up to 1.5 waves and the first kernel's of up to 4 CTAs per SM split too, up to 86.5 MB).
+Workspace: one uint8 tensor (:func:`sparse_mla.ops.decode.workspace_for_max_tokens`), which the op carves,
+for every ``T`` up to the builder's maximum (grids of up to a wave of CTAs split, so its partial outputs stay
+below ~17 MB on an H200, beside 2 MiB of counters; on the fp8_ds_mla cache the wide kernel's grids of up to
+1.5 waves and the first kernel's of up to 4 CTAs per SM split too, up to 86.5 MB).
 Where the op library is not built or the GPU is not Hopper, the routing falls back to FA3 (and from there
 to Triton).
 """
@@ -40,10 +41,10 @@ class DecodeRoute(Route):
         """:func:`sparse_mla.ops.decode.plan` with its default CTAs per SM for the step's cache format."""
         return decode.plan(step.num_tokens, step.num_heads, step.num_sms, step.topk, **_planner_arguments(step))
 
-    def make_workspace(self, largest: StepContext) -> decode.DecodeWorkspace:
-        """Split-KV buffers for every step up to ``largest.num_tokens`` (the plans :meth:`plan` makes)."""
-        return decode.DecodeWorkspace.for_max_tokens(largest.num_tokens, largest.num_heads, largest.num_sms,
-                                                     largest.device, largest.topk, **_planner_arguments(largest))
+    def make_workspace(self, largest: StepContext) -> torch.Tensor:
+        """The split-KV workspace of every step up to ``largest.num_tokens`` (the plans :meth:`plan` makes)."""
+        return decode.workspace_for_max_tokens(largest.num_tokens, largest.num_heads, largest.num_sms,
+                                               largest.device, largest.topk, **_planner_arguments(largest))
 
     def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse, topk_length) -> None:
         """One op call (one launch; two on the wide kernel with several splits); the op checks every tensor

@@ -1,0 +1,83 @@
+// The plan value's checks and the workspace layout (cc/decode/decode_plan.h).
+#include "cc/decode/decode_plan.h"
+
+#include "cc/common/op_checks.h"
+#include "cc/decode/wide/wide.h"
+
+namespace sparse_mla {
+namespace decode {
+namespace {
+
+constexpr const char* kPlanOrder =
+    "(kernel, num_tokens, num_heads, head_tiles, cta_chunk, cluster_size, num_splits, positions_per_split)";
+
+int64_t align_up(int64_t bytes) { return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; }
+
+// The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
+// the narrow kernel; the wide one has one of each (64 heads, 32 positions, 1 CTA).
+void check_launch_shape(const DecodePlan& p) {
+  if (p.kernel == DecodeKernel::kWide) {
+    SPARSE_MLA_CHECK_ARG(
+        p.head_tiles == wide::kHeadTiles && p.cta_chunk == wide::kCtaChunk && p.cluster_size == wide::kCluster,
+        "sparse_mla: argument 'plan': the wide kernel (kernel=1) expected head_tiles=", wide::kHeadTiles,
+        ", cta_chunk=", wide::kCtaChunk, " and cluster_size=", wide::kCluster, ", got head_tiles=", p.head_tiles,
+        ", cta_chunk=", p.cta_chunk, " and cluster_size=", p.cluster_size);
+  } else {
+    SPARSE_MLA_CHECK_ARG(p.head_tiles == 1 || p.head_tiles == 2,
+                         "sparse_mla: argument 'plan' expected head_tiles 1 or 2 on the narrow kernel (kernel=0), got ",
+                         p.head_tiles);
+    SPARSE_MLA_CHECK_ARG(p.cta_chunk == 16 || p.cta_chunk == 32,
+                         "sparse_mla: argument 'plan' expected cta_chunk 16 or 32, got ", p.cta_chunk);
+    SPARSE_MLA_CHECK_ARG(p.cluster_size == kClusterSize || p.cluster_size == 1,
+                         "sparse_mla: argument 'plan' expected cluster_size ", kClusterSize, " or 1, got ",
+                         p.cluster_size);
+  }
+  const int64_t granule = p.cluster_size * p.cta_chunk;
+  SPARSE_MLA_CHECK_ARG(
+      p.positions_per_split > 0 && p.positions_per_split % granule == 0 &&
+          p.positions_per_split <= kMaxPositionsPerSplit,
+      "sparse_mla: argument 'plan' expected positions_per_split a positive multiple of ", granule,
+      " (cluster_size * cta_chunk) up to ", kMaxPositionsPerSplit, ", got ", p.positions_per_split);
+}
+
+}  // namespace
+
+DecodePlan checked_plan(const std::vector<int64_t>& value) {
+  SPARSE_MLA_CHECK_ARG(value.size() == kPlanFields, "sparse_mla: argument 'plan' expected ",
+                       static_cast<int>(kPlanFields), " entries ", kPlanOrder, ", got ", value.size());
+  const int64_t kernel = value[kPlanKernel];
+  SPARSE_MLA_CHECK_ARG(kernel == static_cast<int64_t>(DecodeKernel::kNarrow) ||
+                           kernel == static_cast<int64_t>(DecodeKernel::kWide),
+                       "sparse_mla: argument 'plan' expected kernel 0 (narrow) or 1 (wide), got ", kernel);
+  const DecodePlan plan{static_cast<DecodeKernel>(kernel), value[kPlanNumTokens], value[kPlanNumHeads],
+                        value[kPlanHeadTiles], value[kPlanCtaChunk], value[kPlanClusterSize],
+                        value[kPlanNumSplits], value[kPlanPositionsPerSplit]};
+  SPARSE_MLA_CHECK_ARG(plan.num_tokens >= 0, "sparse_mla: argument 'plan' expected num_tokens >= 0, got ",
+                       plan.num_tokens);
+  SPARSE_MLA_CHECK_ARG(1 <= plan.num_heads && plan.num_heads <= kMaxHeads,
+                       "sparse_mla: argument 'plan' expected num_heads 1..", kMaxHeads, ", got ", plan.num_heads);
+  check_launch_shape(plan);
+  SPARSE_MLA_CHECK_ARG(1 <= plan.num_splits && plan.num_splits <= kMaxSplits,
+                       "sparse_mla: argument 'plan' expected num_splits 1..", kMaxSplits, ", got ", plan.num_splits);
+  return plan;
+}
+
+WorkspaceLayout workspace_layout(const DecodePlan& plan) {
+  WorkspaceLayout layout;
+  if (plan.num_splits == 1) return layout;
+  const int64_t split_rows = plan.num_tokens * plan.head_groups() * plan.num_splits * plan.heads_per_cta();
+  layout.counters = {0, int64_t{kMaxGridZ} * kClusterSize * static_cast<int64_t>(sizeof(int32_t))};
+  layout.partial_out = {align_up(layout.counters.bytes), split_rows * kKvLoraRank * static_cast<int64_t>(sizeof(float))};
+  layout.partial_lse = {align_up(layout.partial_out.offset + layout.partial_out.bytes),
+                        split_rows * kClusterSize * static_cast<int64_t>(sizeof(float))};
+  layout.bytes = layout.partial_lse.offset + layout.partial_lse.bytes;
+  return layout;
+}
+
+std::vector<int64_t> layout_value(const WorkspaceLayout& layout) {
+  return {layout.counters.offset,    layout.counters.bytes,    layout.partial_out.offset, layout.partial_out.bytes,
+          layout.partial_lse.offset, layout.partial_lse.bytes, layout.bytes};
+}
+
+}  // namespace decode
+}  // namespace sparse_mla
