@@ -1,8 +1,8 @@
 // The torch ops sparse_mla_decode::fwd (validates the plan value, every tensor's shape, dtype, device,
 // strides and the alignment the kernel's vector loads need, and the workspace; carves the workspace and
 // launches the decode kernels of cc/decode/launch.h on the current stream), ::max_active_clusters and
-// ::workspace_layout (cc/decode/decode_plan.h). Built against PyTorch's stable ABI (one build loads in every supported torch); load with
-// torch.ops.load_library (py/sparse_mla/ops/decode.py does).
+// ::workspace_layout (cc/decode/decode_plan.h). Built against PyTorch's stable ABI (one build loads in
+// every supported torch); load with torch.ops.load_library (py/sparse_mla/ops/decode.py does).
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>

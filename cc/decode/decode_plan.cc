@@ -11,7 +11,9 @@ namespace {
 constexpr const char* kPlanOrder =
     "(kernel, num_tokens, num_heads, head_tiles, cta_chunk, cluster_size, num_splits, positions_per_split)";
 
-int64_t align_up(int64_t bytes) { return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; }
+int64_t align_up(int64_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
 
 // The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
 // the narrow kernel; the wide one has one of each (64 heads, 32 positions, 1 CTA).
@@ -64,12 +66,13 @@ DecodePlan checked_plan(const std::vector<int64_t>& value) {
 
 WorkspaceLayout workspace_layout(const DecodePlan& plan) {
   WorkspaceLayout layout;
-  if (plan.num_splits == 1) return layout;
+  if (plan.num_splits == 1 || plan.num_tokens == 0) return layout;  // nothing split, or nothing launched
+  constexpr int64_t kFloat = sizeof(float), kInt32 = sizeof(int32_t);
   const int64_t split_rows = plan.num_tokens * plan.head_groups() * plan.num_splits * plan.heads_per_cta();
-  layout.counters = {0, int64_t{kMaxGridZ} * kClusterSize * static_cast<int64_t>(sizeof(int32_t))};
-  layout.partial_out = {align_up(layout.counters.bytes), split_rows * kKvLoraRank * static_cast<int64_t>(sizeof(float))};
-  layout.partial_lse = {align_up(layout.partial_out.offset + layout.partial_out.bytes),
-                        split_rows * kClusterSize * static_cast<int64_t>(sizeof(float))};
+  layout.counters = {0, int64_t{kMaxGridZ} * kClusterSize * kInt32};
+  layout.partial_out = {align_up(layout.counters.bytes), split_rows * kKvLoraRank * kFloat};
+  const int64_t partial_out_end = layout.partial_out.offset + layout.partial_out.bytes;
+  layout.partial_lse = {align_up(partial_out_end), split_rows * kClusterSize * kFloat};
   layout.bytes = layout.partial_lse.offset + layout.partial_lse.bytes;
   return layout;
 }

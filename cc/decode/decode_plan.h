@@ -42,7 +42,7 @@ struct WorkspaceRegion {
   int64_t offset = 0, bytes = 0;
 };
 
-// Where a plan's split-KV buffers lie in its workspace (all empty for one split). The counters come
+// Where a plan's split-KV buffers lie in its workspace (all empty for one split or T = 0). The counters come
 // first, in a region of the same size for every plan, so that plans sharing one workspace (the steps
 // of a batch, each layer's call, every graph replay) find them zero where others keep partials.
 struct WorkspaceLayout {

@@ -318,7 +318,7 @@ def _default_head_tiles(
 
 
 class WorkspaceLayout(NamedTuple):
-    """Where a plan's split-KV buffers lie in its workspace, in bytes (all 0 for one split): int32 arrival
+    """Where a plan's split-KV buffers lie in its workspace, in bytes (all 0 for one split or T = 0): int32 arrival
     counters first (a region of one size for every plan, so that plans sharing a workspace find them
     zero), then fp32 partial outputs `[T, head_groups, splits, heads per CTA, 512]` (the wide kernel stores
     bf16 in their first half from 8 splits on) and fp32 base-2 LSEs `[T, head_groups, splits, 8, heads per
@@ -348,7 +348,8 @@ def workspace_layout(plan: DecodePlan) -> WorkspaceLayout:
 
 
 def workspace_bytes(plan: DecodePlan) -> int:
-    """The least size in bytes of ``plan``'s workspace (0 for one split); raises as :func:`workspace_layout`."""
+    """The least size in bytes of ``plan``'s workspace (0 for one split or T = 0); raises as
+    :func:`workspace_layout`."""
     return workspace_layout(plan).total_bytes
 
 
@@ -439,9 +440,14 @@ def is_available(device_index: Optional[int] = None) -> Availability:
     return op_availability(LIBRARY_NAME, LIBRARY_ENV, _register_fake, device_index)
 
 
+def library_loaded() -> Availability:
+    """Whether the op library is loaded here, loading it if not (once; no CUDA device needed): what the
+    host-only op ``workspace_layout`` needs. False with the reason when it is not built or does not load."""
+    return load_once(LIBRARY_NAME, LIBRARY_ENV, _register_fake, False)
+
+
 def _load_host_ops() -> None:
-    """Loads the op library for its host-only op ``workspace_layout`` (no CUDA device needed)."""
-    loaded = load_once(LIBRARY_NAME, LIBRARY_ENV, _register_fake, False)
+    loaded = library_loaded()
     if not loaded:
         raise RuntimeError(f"sparse_mla: the decode op library is not available: {loaded.reason}")
 

@@ -42,7 +42,10 @@ class DecodeRoute(Route):
         return decode.plan(step.num_tokens, step.num_heads, step.num_sms, step.topk, **_planner_arguments(step))
 
     def make_workspace(self, largest: StepContext) -> torch.Tensor:
-        """The split-KV workspace of every step up to ``largest.num_tokens`` (the plans :meth:`plan` makes)."""
+        """The split-KV workspace of every step up to ``largest.num_tokens`` (the plans :meth:`plan` makes);
+        empty where the op library is missing (the route cannot run: its ``run`` raises, naming the reason)."""
+        if not decode.library_loaded():
+            return torch.empty(0, dtype=torch.uint8, device=largest.device)
         return decode.workspace_for_max_tokens(largest.num_tokens, largest.num_heads, largest.num_sms,
                                                largest.device, largest.topk, **_planner_arguments(largest))
 
