@@ -48,6 +48,12 @@ def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.
                              -(-INDEX_TOPK // positions), positions, decode.kernel_for(head_tiles), cluster_size)
 
 
+def _counters(workspace, launch):
+    """The arrival counters' bytes of ``launch`` in ``workspace`` (empty for one split)."""
+    layout = decode.workspace_layout(launch)
+    return workspace[layout.counters_offset:layout.counters_offset + layout.counters_bytes]
+
+
 def run_decode(case, launch=None, workspace=None, out=None, lse=None):
     """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
     num_tokens, num_heads = case.q_nope.shape[:2]
@@ -116,11 +122,13 @@ def test_wide_kernel_largest_split(cache_format):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
 
-@pytest.mark.parametrize("num_heads, cache_format", [(1, "bf16"), (128, "fp8_ds_mla")])
-def test_more_token_groups_than_a_grid_holds(num_heads, cache_format):
+@pytest.mark.parametrize("num_heads, cache_format, num_splits",
+                         [(1, "bf16", 1), (128, "fp8_ds_mla", 1), (1, "bf16", 2)])
+def test_more_token_groups_than_a_grid_holds(num_heads, cache_format, num_splits):
     """T * head_groups above the 65535 CTAs of a grid's z dimension: the op launches the rest of the tokens
     after (each launch on its tokens' slices), on the narrow kernel (N = 1) and the wide one (N = 128).
-    Top-k 16 of one 128-position request keeps it small."""
+    Top-k 16 of one 128-position request keeps it small. With 2 splits (of 16 positions: the second sees
+    only invalid entries) the second launch reuses the counters the first left zero, and leaves them zero."""
     device = _device()
     num_tokens = 65535 // decode.plan(65535, num_heads, _num_sms(), topk=16).head_groups + 9  # the large-T plan's groups
     gen = testing.make_generator(device, 17)
@@ -135,9 +143,14 @@ def test_more_token_groups_than_a_grid_holds(num_heads, cache_format):
     if cache_format == "fp8_ds_mla":
         case = _fp8_case(case)
     launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=16)
+    if num_splits > 1:
+        launch = dataclasses.replace(launch, cta_chunk=16, cluster_size=1, num_splits=num_splits,
+                                     positions_per_split=16)
     assert launch.num_tokens * launch.head_groups > 65535
-    out, lse = run_decode(case, launch)
-    testing.assert_attention_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {cache_format}")
+    workspace = decode.workspace_for_plans([launch], device)
+    out, lse = run_decode(case, launch, workspace)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"T={num_tokens} N={num_heads} {launch}")
+    assert torch.count_nonzero(_counters(workspace, launch)) == 0, "arrival counters must be zero after every launch"
 
 
 def test_invalid_entries_are_skipped():
@@ -229,9 +242,7 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
         assert (out[real:] == 0).all() and torch.isneginf(lse[real:]).all()
         eager_out, eager_lse = run_decode(static, launch, workspace)
         assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse), "replay differs from eager"
-    layout = decode.workspace_layout(launch)
-    counters = workspace[layout.counters_offset:layout.counters_offset + layout.counters_bytes]
-    assert torch.count_nonzero(counters) == 0, "arrival counters must be zero after every launch"
+    assert torch.count_nonzero(_counters(workspace, launch)) == 0, "arrival counters must be zero after every launch"
 
 
 def _fp8_case(case):
