@@ -210,16 +210,26 @@ def test_forward_names_a_bad_topk_length(bad, error, match):
         SparseMLAImpl(NUM_HEADS).forward((q_nope, q_rope), kv_cache, metadata, batch.topk_indices, topk_length=bad)
 
 
-def test_check_indices_judges_global_positions_and_the_rank_table():
+def _rank_case():
     _, batch, kv_cache, q_nope, q_rope = _case("decode", 9, "auto")
-    gen = testing.make_generator(CPU, 1)
-    shard = shard_cache(kv_cache, batch.block_table, batch.seq_lens, 2, 1, gen)[0]
+    shard = shard_cache(kv_cache, batch.block_table, batch.seq_lens, 2, 1, testing.make_generator(CPU, 1))[0]
+    return batch, shard, q_nope, q_rope
+
+
+def test_check_indices_judges_global_positions_and_the_rank_table():
+    batch, shard, q_nope, q_rope = _rank_case()
     bad = batch.topk_indices.clone()
     bad[0, 0] = int(batch.token_kv_len[0])  # past the causal length, global
     with pytest.raises(ValueError, match="token 0"):
         _rank_forward(batch, shard, (q_nope, q_rope), bad, "auto")
+
+
+@needs_interpreter
+def test_check_indices_skips_positions_past_the_row_length():
+    batch, shard, q_nope, q_rope = _rank_case()
     past = batch.topk_indices.clone()
     past[0, -1] = int(batch.token_kv_len[0])  # past the causal length, but also past the row's length: not read
     lengths = torch.tensor([TOPK - 1, TOPK, TOPK], dtype=torch.int32)
     out, _ = _rank_forward(batch, shard, (q_nope, q_rope), past, "auto", topk_length=lengths)
-    assert torch.isfinite(out.float()).all()
+    expected, _ = _rank_forward(batch, shard, (q_nope, q_rope), batch.topk_indices, "auto", topk_length=lengths)
+    assert torch.isfinite(out.float()).all() and torch.equal(out, expected)  # the entry past the length is not read
