@@ -14,6 +14,9 @@ CUDA-graph replay after warm-up, the median µs per call of
 * ``fa3_kernel``: the bare FA3 call of the FA3 route on a page table converted once, outside the
   timed graph, with the backend's split count (``routed - fa3_kernel`` = the backend's overhead);
 * ``decode``: the decode kernel alone (``sparse_mla.ops.decode``), with its plan for the point;
+* ``flashmla`` (with ``--flashmla_library``): FlashMLA's kernel alone on global slot ids (``tools/flashmla_calls.py``),
+  its bf16 sparse prefill kernel on the bf16 cache (``flashmla_us``), its fp8 sparse decode on fp8_ds_mla
+  (``flashmla_fp8_us``), heads padded to 64 / 128;
 
 and the bound ``max(bytes / 4.3 TB/s, FLOPs / 790 TFLOP/s)`` with ``bytes = T·topk·1152 + q + out``
 and ``FLOPs = 2·T·N·topk·(576 + 512)``. One replayed graph runs the call on several copies of the
@@ -91,6 +94,7 @@ import triton
 from sparse_mla import kv_cache_format, reference, routing
 import sparse_mla_testing as testing
 from sparse_mla_testing import fa3_calls
+import flashmla_calls
 from sparse_mla.backend import SparseMLAImpl, SparseMLAMetadataBuilder
 from sparse_mla.common_metadata import CommonAttentionMetadata
 from sparse_mla.constants import (
@@ -111,7 +115,10 @@ flags.DEFINE_list("tokens", ["1", "2", "4", "8", "12", "16", "30", "32", "64", "
                   "Query tokens T of the grid. 12 and 30 lie in the plan's bands of clusters of 8 at N <= 16 "
                   "(sparse_mla.ops.decode.CLUSTER_LARGE_CHUNK_MIN_GROUPS, CLUSTER_ONE_SPLIT_GROUPS), so that a "
                   "routing table written from this grid routes them (the next measured T at or above).")
-flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"], "Paths to time: fa3, fa3_kernel, triton, decode, routed.")
+flags.DEFINE_list("paths", ["fa3", "fa3_kernel", "triton", "decode", "routed"],
+                  "Paths to time: fa3, fa3_kernel, triton, decode, routed, flashmla.")
+flags.DEFINE_string("flashmla_library", "", "FlashMLA's op library for the flashmla path (vLLM 0.26.0's "
+                    "vllm/_flashmla_C.abi3.so, extracted outside this repository); empty: that path is skipped.")
 flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
                   "Grid: KV-cache formats each path is timed on where it reads them (bfloat16, fp8_ds_mla).")
 flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode kernel's plan (8 or 1); default: the plan's rule (sparse_mla.ops.decode.plan).")
@@ -176,6 +183,7 @@ PATH_FORMATS = {
     "triton": kv_cache_format.FORMATS,
     "decode": kv_cache_format.FORMATS,
     "routed": kv_cache_format.FORMATS,
+    "flashmla": kv_cache_format.FORMATS,
 }
 """Every path of the grid, and the cache formats it is timed on (the decode kernel may still reject the
 fp8_ds_mla cache: its columns are then empty, with a note)."""
@@ -358,6 +366,9 @@ def path_calls(
             calls.append(fa3_kernel_call(c, kv_cache, fa3_splits))
         elif path == "decode":
             calls.append(decode_call(c, kv_cache))
+        elif path == "flashmla":
+            calls.append(flashmla_calls.SparseCall(FLAGS.flashmla_library, c.q_nope, c.q_rope, kv_cache, b.topk_indices,
+                                                   b.req_id, b.token_kv_len, b.block_table, DEEPSEEK_V32_SOFTMAX_SCALE))
         else:  # "fa3": the backend on the FA3 route; "routed": as the routing table says
             builder, metadata = build_step(c, kv_cache, "fa3" if path == "fa3" else None)
             impl = SparseMLAImpl(num_heads, DEEPSEEK_V32_SOFTMAX_SCALE,
@@ -596,6 +607,9 @@ def run_grid(info: Dict[str, str]) -> None:
     if not decode.is_available():
         note(f"decode: {decode.is_available().reason} (decode columns empty)")
         skipped.add("decode")
+    if not FLAGS.flashmla_library:
+        note("flashmla: no --flashmla_library (flashmla columns empty)")
+        skipped.add("flashmla")
     to_run = [(p, f) for p, f in pairs if p not in skipped]
 
     triton_formats = {f.name for p, f in to_run if p in ("triton", "routed")}
@@ -611,9 +625,11 @@ def run_grid(info: Dict[str, str]) -> None:
             us, err = float("nan"), float("nan")
             if (p, f) in to_run:
                 try:
-                    us = time_graph(path_calls(p, copies, caches[f.name]))
-                    if refs is not None:
-                        err = testing.relative_error(copies[0].out, refs[f.name])
+                    calls = path_calls(p, copies, caches[f.name])
+                    us = time_graph(calls)
+                    if refs is not None:  # FlashMLA writes its own, head-padded output
+                        out = calls[0].output() if p == "flashmla" else copies[0].out
+                        err = testing.relative_error(out, refs[f.name])
                 except Exception as e:  # noqa: BLE001 - one path failing must not lose the others
                     note(f"{column}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", f"N={row['N']} T={row['T']}")
             bound = row[f"{routing.bench_column('bound', f.name)}_us"]
