@@ -69,7 +69,8 @@ class SparseCall:
                 self.softmax_scale, out)
             self.scheduler = (metadata, num_splits)
         else:
-            ops.sparse_prefill_fwd(self.q, self.kv, self.indices, self.softmax_scale, KV_LORA_RANK, None, None, self.out)
+            ops.sparse_prefill_fwd(self.q, self.kv, self.indices, self.softmax_scale, KV_LORA_RANK, None, None,
+                                   self.out)
 
     def output(self) -> torch.Tensor:
         return self.out[:, :self.num_heads]

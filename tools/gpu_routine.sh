@@ -6,7 +6,7 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [model_step] [host_time]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time]
 #        [decode] [memcheck] [-- extra bench flags]
 #   On the H200 `test` from a cold start (its build included) ran past one call's 10 minutes (2026-12-01): give
 #   `build` a call of its own and `test` the next, while the machine is still warm (bazel-out is kept then).
@@ -29,6 +29,9 @@
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
 #   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
 #   py/sparse_mla/routing_table.json and copied to $OUT/bench/).
+#   side_by_side: the README's grid (results/2026-12-01-h200/): ours routed on both caches, the FA3 route, the decode
+#   kernel and FlashMLA's kernels (FLASHMLA_LIBRARY=the path of vLLM 0.26.0's vllm/_flashmla_C.abi3.so, extracted
+#   outside the checkout and shipped in .device/), into $out/side_by_side/ (bench.csv, side_by_side.png).
 #   model_step: attention inside a decode step (tools/model_step_bench.py): 61 layers of a stand-in indexer,
 #   write_kv and the routed forward in one CUDA graph, with and without the forward, next to the back-to-back
 #   forward, both cache formats, N 16, 64, 128 x T 1..16, into $OUT/model_step/ (model_step.csv, .png, .log; its
@@ -144,6 +147,17 @@ for step in "${steps[@]}"; do
       cp -f py/sparse_mla/routing_table.json "$out/bench/"
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    side_by_side)
+      mkdir -p "$out/side_by_side"
+      "$bazel" run "${flags[@]}" //tools:bench -- --out_dir="$out/side_by_side" --paths=routed,fa3,decode,flashmla \
+        --heads=16,64,128 --tokens=1,2,4,8,16,64,128,512 --replays=15 --flashmla_library="$FLASHMLA_LIBRARY" "$@" \
+        > "$out/side_by_side/bench.log" 2>&1
+      rc=$?
+      python3 tools/plot_side_by_side.py "$out/side_by_side/bench.csv" "$out/side_by_side/side_by_side.png"
+      tail -40 "$out/side_by_side/bench.log"
+      echo "side_by_side: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     model_step)

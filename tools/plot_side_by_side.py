@@ -1,6 +1,7 @@
-"""Draws the README's plot from a side-by-side CSV (columns of results/2026-12-01-h200-side-by-side/side_by_side.csv):
-µs per call against T, one panel per head count, for sparse_mla (bf16 and fp8_ds_mla caches), the FA3 route
-and FlashMLA's fp8 sparse decode, with the memory/compute bound. Run: python3 tools/plot_side_by_side.py CSV PNG"""
+"""Draws the README's plot from a tools/bench.py grid timed with the paths routed, fa3 and flashmla
+(results/2026-12-01-h200/bench.csv): µs per call against T, one panel per head count, for sparse_mla (bf16 and
+fp8_ds_mla caches), the FA3 route and FlashMLA's fp8 sparse decode, with the memory/compute bound.
+Run: python3 tools/plot_side_by_side.py CSV PNG"""
 
 import csv
 import sys
@@ -11,10 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SERIES = (
-    ("ours_bf16_us", "sparse_mla, bf16 cache"),
-    ("ours_fp8_us", "sparse_mla, fp8_ds_mla cache"),
-    ("fa3_route_us", "FA3 route (SGLang's FA3)"),
-    ("flashmla_fp8_decode_us", "FlashMLA fp8 sparse decode"),
+    ("routed_us", "sparse_mla, bf16 cache"),
+    ("routed_fp8_us", "sparse_mla, fp8_ds_mla cache"),
+    ("fa3_us", "FA3 route (SGLang's FA3)"),
+    ("flashmla_fp8_us", "FlashMLA fp8 sparse decode"),
     ("bound_us", "memory / compute bound"),
 )
 
