@@ -7,7 +7,7 @@
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time]
-#        [decode] [memcheck] [-- extra bench flags]
+#        [decode] [memcheck] [ncu] [-- extra bench flags]
 #   On the H200 `test` from a cold start (its build included) ran past one call's 10 minutes (2026-12-01): give
 #   `build` a call of its own and `test` the next, while the machine is still warm (bazel-out is kept then).
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
@@ -24,6 +24,7 @@
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
+#   ncu: Nsight Compute on the decode kernel at N = 16 and 128, T = 512 on fp8_ds_mla (after decode_build or build).
 #   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
@@ -203,6 +204,21 @@ for step in "${steps[@]}"; do
         --out_dir="$out/decode_bench" "$@" > "$out/decode_bench/bench.log" 2>&1
       echo "decode bench: rc=$?" | tee -a "$out/summary.txt"
       tail -25 "$out/decode_bench/bench.log"
+      ;;
+    ncu)
+      # The decode kernel at the two hardest fp8_ds_mla cells of the throughput grid (N = 16 and 128, T = 512), one
+      # launch each, under Nsight Compute (throughput, memory, occupancy, warp states): $out/ncu/*.csv.
+      export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
+      mkdir -p "$out/ncu"
+      for heads in 16 128; do
+        report=$out/ncu/decode_fp8_${heads}x512
+        PYTHONPATH=py:tests ncu --kernel-name regex:sparse_decode --launch-count 1 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --csv --page details --log-file "$report.csv" \
+          python3 tools/bench.py --paths=decode --cache_formats=fp8_ds_mla --heads=$heads --tokens=512 --replays=1 \
+          --warmup_replays=0 --nocheck --out_dir="$out/ncu/bench_$heads" > "$report.log" 2>&1
+        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$? $(wc -l < "$report.csv") lines" | tee -a "$out/summary.txt"
+      done
       ;;
     memcheck)
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
