@@ -111,7 +111,8 @@ def _device_availability(
 @functools.lru_cache(maxsize=None)
 def load_once(name: str, env: str, register_fake: Callable[[], None], torch_bound: bool) -> Availability:
     """Loads library ``name`` into the process: at most once, whichever device (or, for its host-only ops,
-    none) asks first. Pass the arguments positionally, as :func:`load_op_library` does (one cache entry)."""
+    none) asks first. Pass the arguments positionally, as :func:`op_availability` and the decode op's
+    ``library_loaded`` do (one cache entry)."""
     path = library_path(name, env, torch_bound)
     if path is None:
         return Availability(False, _not_found_reason(name, env, torch_bound))
