@@ -11,6 +11,10 @@ NVCC_FLAGS = SM90A_GENCODE + [
     "-DNDEBUG",
     "--use_fast_math",
     "--expt-relaxed-constexpr",
+    # Intermediate files beside the object, not in /tmp: there nvcc names them by its PID, which is
+    # the same (2) in every linux-sandbox action, and parallel compiles clobbered each other's
+    # ("cannot open module id file /tmp/tmpxft_00000002_...").
+    "--objdir-as-tempdir",
     "-Xcompiler",
     "-fPIC",
 ]
