@@ -16,8 +16,10 @@ fail() {
   exit 1
 }
 
-# "Build label: 2.1.0"; a build from source (Debian's 4.2.3) has no number and is taken as newer.
-if "$bazel" version 2>/dev/null | grep -q '^Build label: 2\.'; then
+# "Build label: 2.1.0"; a build from source (Debian's 4.2.3) has no number ("Version information not
+# available", exit 2) and is taken as newer. Read whole: `| grep -q` under pipefail fails when grep exits first.
+version=$("$bazel" version 2>/dev/null || true)
+if grep -q '^Build label: 2\.' <<<"$version"; then
   bazel2=1
 else
   bazel2=0

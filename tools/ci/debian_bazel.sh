@@ -5,7 +5,7 @@
 set -euo pipefail
 binary=/usr/bin/bazel-4
 if [ ! -x "$binary" ]; then
-  if ! dpkg-divert --list /usr/bin/bazel | grep -q bazel.debian; then
+  if [[ "$(dpkg-divert --list /usr/bin/bazel)" != *bazel.debian* ]]; then
     dpkg-divert --local --rename --divert /usr/bin/bazel.debian --add /usr/bin/bazel >&2
   fi
   echo "debian_bazel.sh: installing bazel-bootstrap (Bazel 4.2.3)" >&2

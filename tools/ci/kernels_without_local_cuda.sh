@@ -29,7 +29,7 @@ env -u CUDA_HOME -u CUDA_PATH PATH=/usr/bin:/bin LOCAL_CUDA="$local_cuda" \
   log=$(mktemp)
   if "${bazel[@]}" build --//tools/cuda:enable_cuda=true "$@" >"$log" 2>&1; then
     rc=1; echo "kernels_without_local_cuda.sh: built without any CUDA toolkit" >&2
-  elif ! grep "ERROR\|sparse_mla: @sparse_mla_cuda" "$log" | head -2 | grep -q "sparse_mla: @sparse_mla_cuda: no CUDA toolkit found"; then
+  elif ! grep -m 2 "ERROR\|sparse_mla: @sparse_mla_cuda" "$log" | grep -c "sparse_mla: @sparse_mla_cuda: no CUDA toolkit found" >/dev/null; then
     rc=1; cat "$log" >&2; echo "kernels_without_local_cuda.sh: no toolkit, but the first error is not sparse_mla'"'"'s advice" >&2
   else
     echo "kernels_without_local_cuda.sh: without a toolkit the build stops with sparse_mla'"'"'s advice"
