@@ -3,7 +3,9 @@
 Environment variables read (each declared in `environ`, so a change refetches; `--repo_env` sets them):
   the one named by the `local_env` attribute, e.g. SGL_ATTN_SRC_DIR or CUTLASS_SRC_DIR:
       an absolute path to a local tree with the same layout as the archive after its top folder.
-      When set, nothing is downloaded; the tree is used as it is (the checksum does not apply).
+      When set, nothing is downloaded; the tree is used as it is (the checksum does not apply), but
+      where the rule names a version header (`version_file`, `version_defines`), a tree of another
+      version stops the fetch with the found and the pinned version, not with a compile error later.
   SPARSE_MLA_ENABLE_CUDA: `1` lets the pinned archive be downloaded (--config=sm90 sets it beside
       --//tools/cuda:enable_cuda=true). Otherwise, and without a local tree, the repository holds
       placeholders: the `placeholder_paths` files, each an `#error` saying how to get the real
@@ -34,8 +36,38 @@ def _use_local_tree(ctx, local_dir):
     for required in ctx.attr.required_paths:
         if not ctx.path("%s/%s" % (src, required)).exists:
             _fail(ctx, "%s=%s has no %s" % (ctx.attr.local_env, local_dir, required), "The tree must have the layout of the pinned archive's top folder.")
+    _check_version(ctx, src, local_dir)
     _link_children(ctx, src)
     return "local tree %s (%s)" % (local_dir, ctx.attr.local_env)
+
+def _defined_values(text):
+    """The values of the `#define NAME VALUE` lines of a header, by name."""
+    values = {}
+    for line in text.splitlines():
+        words = [word for word in line.replace("\t", " ").split(" ") if word]
+        if len(words) >= 3 and words[0] == "#define":
+            values[words[1]] = words[2]
+    return values
+
+def _check_version(ctx, src, local_dir):
+    if not ctx.attr.version_file:
+        return
+    header = "%s/%s" % (src, ctx.attr.version_file)
+    found = _defined_values(ctx.read(header)) if ctx.path(header).exists else {}
+    names = ctx.attr.version_defines.keys()
+    if [found.get(name) for name in names] != [ctx.attr.version_defines[name] for name in names]:
+        _fail(
+            ctx,
+            "%s=%s is version %s by its %s (%s), not the pinned %s" % (
+                ctx.attr.local_env,
+                local_dir,
+                ".".join([found.get(name, "?") for name in names]),
+                ctx.attr.version_file,
+                ".".join(names),
+                ".".join([ctx.attr.version_defines[name] for name in names]),
+            ),
+            "Point it at a tree of the pinned version (%s) or unset it to download the pinned archive." % ctx.attr.version_name,
+        )
 
 def _download(ctx):
     # Printed first: a failed download ends the fetch with Bazel's own error, which cannot name the override.
@@ -93,6 +125,9 @@ pinned_source_repository = repository_rule(
         "strip_prefix": attr.string(default = "", doc = "Folder inside the archive to use; empty: its single top folder."),
         "local_env": attr.string(mandatory = True, doc = "Environment variable naming a local tree to use instead."),
         "required_paths": attr.string_list(default = [], doc = "Paths the tree must contain; checked with a clear error."),
+        "version_file": attr.string(default = "", doc = "Header of a local tree whose `#define`s give its version; empty: not checked."),
+        "version_defines": attr.string_dict(default = {}, doc = "The pinned value of each version macro of version_file, in order (major first)."),
+        "version_name": attr.string(default = "", doc = "The pinned version as the error names it, e.g. 'CUTLASS 4.2.0, commit 57e3cfb4'."),
         "placeholder_paths": attr.string_list(default = [], doc = "Files the placeholder tree holds: every one the BUILD overlay's users name."),
         "build_file": attr.label(mandatory = True, allow_single_file = True, doc = "The BUILD overlay of ours."),
     },

@@ -6,7 +6,7 @@ PyPI wheel nvidia-cutlass==4.2.0.0 under `cutlass_library/source/` (compared fil
 files), so the pin is that wheel: its sha256 is PyPI's published digest. Recompute with
 `pip download --no-deps nvidia-cutlass==4.2.0.0 && sha256sum nvidia_cutlass-4.2.0.0-py3-none-any.whl`.
 Local override: CUTLASS_SRC_DIR=/abs/path/to/a/cutlass checkout (needs include/cutlass/cutlass.h,
-include/cute/ and tools/util/include/). Downloaded only with SPARSE_MLA_ENABLE_CUDA=1
+include/cute/ and tools/util/include/, and version 4.2.0 by include/cutlass/version.h). Downloaded only with SPARSE_MLA_ENABLE_CUDA=1
 (--config=sm90); placeholders otherwise.
 """
 
@@ -26,6 +26,10 @@ def cutlass_repository(name):
         strip_prefix = "cutlass_library/source",
         local_env = "CUTLASS_SRC_DIR",
         required_paths = ["include/cutlass/cutlass.h", "include/cute/tensor.hpp", "tools/util/include"],
+        # 57e3cfb4's include/cutlass/version.h: a local tree of another release is refused by name.
+        version_file = "include/cutlass/version.h",
+        version_defines = {"CUTLASS_MAJOR": "4", "CUTLASS_MINOR": "2", "CUTLASS_PATCH": "0"},
+        version_name = "CUTLASS 4.2.0, commit %s" % CUTLASS_COMMIT[:8],
         placeholder_paths = ["include/cutlass/cutlass.h"],
         build_file = Label("//third_party/cutlass:cutlass.BUILD"),
     )
