@@ -117,7 +117,12 @@ def main(argv: Sequence[str]) -> int:
     files = {path: source.read_bytes() for path, source in package_files(packages, setuptools["package-data"]).items()
              if not path.endswith(".so")}  # a library copied into py/ by hand never ships
 
-    bazel_bin, torch_series = bazel_build(args.bazel, args.fa3, args.bazel_flags)
+    try:
+        bazel_bin, torch_series = bazel_build(args.bazel, args.fa3, args.bazel_flags)
+    except subprocess.CalledProcessError as error:
+        sources = " FA3 needs sgl-attn's sources: github.com reachable, or SGL_ATTN_SRC_DIR (docs/building.md)." if args.fa3 else ""
+        print(f"build_wheel.py: the Bazel build failed (exit {error.returncode}), its errors above.{sources}", file=sys.stderr)
+        return 1
     for name in STABLE_LIBRARIES:
         files[f"sparse_mla/{name}"] = (bazel_bin / "cc" / name).read_bytes()
     for name in TORCH_BOUND_LIBRARIES if args.fa3 else []:

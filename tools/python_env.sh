@@ -37,7 +37,7 @@ if [ -n "${PYTHON_BIN_PATH:-}" ]; then
   missing=$(missing_requirements "$PYTHON_BIN_PATH")
   if [ -n "$missing" ]; then
     echo "tools/python_env.sh: PYTHON_BIN_PATH=$PYTHON_BIN_PATH lacks: $(echo $missing)." \
-      "Install them ($PYTHON_BIN_PATH -m pip install -r tools/ci/requirements.txt) or unset PYTHON_BIN_PATH." >&2
+      "Install them ($PYTHON_BIN_PATH -m pip install $(echo $missing): only those, so its torch stays) or unset PYTHON_BIN_PATH." >&2
     exit 1
   fi
   echo "$PYTHON_BIN_PATH"
@@ -58,7 +58,7 @@ if [ ! -x "$venv/bin/python3" ]; then
 fi
 missing=$(missing_requirements "$venv/bin/python3")
 if [ -n "$missing" ]; then
-  echo "tools/python_env.sh: installing into $venv: $(echo $missing)" >&2
+  echo "tools/python_env.sh: installing into $venv: $(echo $missing) (torch: up to several GB, minutes the first time)" >&2
   # shellcheck disable=SC2086  # one argument per requirement line
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $missing >&2
 fi

@@ -32,6 +32,11 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+def __dir__():
+    """The module's names and the public ones it loads on first use (so completion finds them)."""
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str):
     """The public name ``name`` from its module (PEP 562), imported on first use."""
     if name not in _EXPORTS:
