@@ -29,6 +29,7 @@ env -u CUDA_HOME -u CUDA_PATH PATH=/usr/bin:/bin LOCAL_CUDA="$local_cuda" \
   log=$(mktemp)
   if "${bazel[@]}" build --//tools/cuda:enable_cuda=true "$@" >"$log" 2>&1; then
     rc=1; echo "kernels_without_local_cuda.sh: built without any CUDA toolkit" >&2
+  # Of the first two such lines, one is the advice (grep -c reads all its input: no SIGPIPE under pipefail).
   elif ! grep -m 2 "ERROR\|sparse_mla: @sparse_mla_cuda" "$log" | grep -c "sparse_mla: @sparse_mla_cuda: no CUDA toolkit found" >/dev/null; then
     rc=1; cat "$log" >&2; echo "kernels_without_local_cuda.sh: no toolkit, but the first error is not sparse_mla'"'"'s advice" >&2
   else

@@ -62,9 +62,11 @@ def _not_found_reason(name: str, env: str, torch_bound: bool) -> str:
     if torch_bound and others:
         return (f"{name} is installed for torch {', '.join(others)} only, this is torch {torch.__version__} "
                 "(it is built against one torch version's C++ API); rebuild the wheel with this torch or set " + env)
-    return (f"{name} is not built: install the wheel (tools/build_wheel.py), build it with "
-            f"'tools/bazel build --config=sm90 //py:sparse_mla' (this library alone: //cc:{name}, which needs "
-            f"no FA3 sources for the stable-ABI one, with --//tools/cuda:enable_cuda=true) or set {env} to a built copy")
+    # The stable-ABI library builds without FA3's upstream sources; the torch-bound one is FA3's.
+    flags = "--config=sm90" if torch_bound else "--//tools/cuda:enable_cuda=true"
+    return (f"{name} is not built: install the wheel (tools/build_wheel.py), build //py:sparse_mla with "
+            f"--config=sm90 for Bazel's targets, or set {env} to a built copy "
+            f"('tools/bazel build {flags} //cc:{name}' writes bazel-bin/cc/{name})")
 
 
 def cuda_device_index(device: Optional[int]) -> int:
