@@ -59,6 +59,13 @@ chmod +x "$BAZEL_REAL"
 bazel=tools/bazel
 flags=(--config=sm90)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$out/summary.txt"
+# pytest's closing line of each test target (or shard: test_dcp_gpu/shard_1_of_6) under the folders given.
+test_counts() {
+  find "$@" -name test.log 2>/dev/null | sort | while read -r log; do
+    name=${log#*/*/}
+    echo "  ${name%/test.log}: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)"
+  done | tee -a "$out/summary.txt"
+}
 status=0
 for step in "${steps[@]}"; do
   case "$step" in
@@ -78,13 +85,11 @@ for step in "${steps[@]}"; do
       ;;
     test)
       # The design card's command, exactly: bazel test //tests/... --config=sm90
+      start=$(date +%s)
       "$bazel" test //tests/... --config=sm90 2>&1 | tee "$out/test.log" | tail -40  # the log survives a time limit
       rc=${PIPESTATUS[0]}
-      echo "test (bazel test //tests/... --config=sm90): rc=$rc" | tee -a "$out/summary.txt"
-      for log in bazel-testlogs/tests/*/test.log; do
-        name=$(basename "$(dirname "$log")")
-        echo "  $name: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)" | tee -a "$out/summary.txt"
-      done
+      echo "test (bazel test //tests/... --config=sm90): rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
+      test_counts bazel-testlogs/tests
       tar czf "$out/testlogs.tar.gz" -C bazel-testlogs tests
       python3 tools/ci/junit_summary.py bazel-testlogs | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
@@ -93,11 +98,7 @@ for step in "${steps[@]}"; do
       "$bazel" test "${flags[@]}" --test_tag_filters=gpu //tests/... //examples/... 2>&1 | tail -30
       rc=${PIPESTATUS[0]}
       echo "gpu_test: rc=$rc" | tee -a "$out/summary.txt"
-      for log in bazel-testlogs/tests/*/test.log bazel-testlogs/examples/*/test.log; do
-        [ -f "$log" ] || continue
-        name=$(basename "$(dirname "$log")")
-        echo "  $name: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)" | tee -a "$out/summary.txt"
-      done
+      test_counts bazel-testlogs/tests bazel-testlogs/examples
       tar czf "$out/testlogs.tar.gz" -C bazel-testlogs .
       [ "$rc" -eq 0 ] || status=$rc
       ;;

@@ -64,10 +64,12 @@ py_interpreter_binary = rule(
     doc = "A tool run by the configured interpreter (`bazel run`).",
 )
 
-GPU_TEST_TAGS = ["gpu", "requires-gpu-nvidia", "requires-gpu-sm90-only", "exclusive"]
-"""Tags of tests that need a Hopper GPU: left out by default, run one at a time by --config=sm90."""
+GPU_TEST_TAGS = ["gpu", "requires-gpu-nvidia", "requires-gpu-sm90-only", "local"]
+"""Tags of tests that need a Hopper GPU: left out by default, run by --config=sm90 outside the sandbox,
+side by side on the one GPU (as many at once as --local_test_jobs allows; 1 on a GPU in exclusive-process
+compute mode)."""
 
-def pytest_test(name, srcs, gpu = False, size = "medium", deps = [Label("//py:sparse_mla")], data = [], tags = []):
+def pytest_test(name, srcs, gpu = False, size = "medium", shard_count = None, deps = [Label("//py:sparse_mla")], data = [], tags = []):
     """One pytest file as a Bazel test; usable from other workspaces as `@sparse_mla//tools/testing:python.bzl`.
 
     Args:
@@ -75,6 +77,7 @@ def pytest_test(name, srcs, gpu = False, size = "medium", deps = [Label("//py:sp
       srcs: the pytest file (one).
       gpu: needs a Hopper GPU; adds GPU_TEST_TAGS.
       size: the Bazel test size (timeout class).
+      shard_count: Bazel shards, each running a contiguous part of the file's tests (pytest_main.py).
       deps: py_library targets under test (default: sparse_mla's package).
       data: extra runtime files.
       tags: extra tags.
@@ -86,5 +89,6 @@ def pytest_test(name, srcs, gpu = False, size = "medium", deps = [Label("//py:sp
         deps = deps,
         data = data,
         size = size,
+        shard_count = shard_count,
         tags = tags + (GPU_TEST_TAGS if gpu else []),
     )
