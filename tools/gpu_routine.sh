@@ -8,8 +8,8 @@
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time]
 #        [decode] [memcheck] [ncu] [-- extra bench flags]
-#   On the H200 `test` from a cold start (its build included) ran past one call's 10 minutes (2026-12-01): give
-#   `build` a call of its own and `test` the next, while the machine is still warm (bazel-out is kept then).
+#   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
+#   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
 #   against an FA3 library of an earlier build when FA3's sources have not changed.
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
