@@ -25,10 +25,11 @@ def test_case(i):
 """
 
 
-def _run_shards(tmp_path, indices, total):
-    """(exit code, names of the tests run, whether the status file exists, output) of each shard, run at once."""
+def _run_shards(tmp_path, indices, total, tests=TESTS):
+    """(exit code, names of the tests run, whether the status file exists, output) of each shard of a file
+    holding ``tests``, run at once."""
     source = tmp_path / "test_generated.py"
-    source.write_text(TESTS)
+    source.write_text(tests)
     runs = []
     for index in indices:
         xml, status = tmp_path / f"shard{index}.xml", tmp_path / f"shard{index}.status"
@@ -60,3 +61,8 @@ def test_a_shard_index_out_of_range_is_refused(tmp_path):
     [(rc, names, _, output)] = _run_shards(tmp_path, [3], 3)
     assert rc != 0 and not names
     assert "TEST_SHARD_INDEX=3 is not in [0, TEST_TOTAL_SHARDS=3)" in output
+
+
+def test_a_file_without_tests_fails_in_every_shard(tmp_path):
+    [(rc, names, _, output)] = _run_shards(tmp_path, [0], 2, tests="")
+    assert rc != 0 and not names, output

@@ -22,8 +22,10 @@ class BazelShard:
         if not 0 <= index < total:
             raise ValueError(f"TEST_SHARD_INDEX={index} is not in [0, TEST_TOTAL_SHARDS={total})")
         self.index, self.total = index, total
+        self.collected = 0  # the file's tests, before the cut
 
     def pytest_collection_modifyitems(self, config, items):
+        self.collected = len(items)
         begin, end = len(items) * self.index // self.total, len(items) * (self.index + 1) // self.total
         deselected = items[:begin] + items[end:]
         if deselected:
@@ -41,14 +43,16 @@ def main() -> int:
     args = ["-q", "-p", "no:cacheprovider", "-rs"]
     if "XML_OUTPUT_FILE" in os.environ:
         args.append("--junitxml=" + os.environ["XML_OUTPUT_FILE"])
-    plugins = []
+    shard = None
     if "TEST_TOTAL_SHARDS" in os.environ:
-        plugins.append(BazelShard(int(os.environ["TEST_SHARD_INDEX"]), int(os.environ["TEST_TOTAL_SHARDS"])))
+        shard = BazelShard(int(os.environ["TEST_SHARD_INDEX"]), int(os.environ["TEST_TOTAL_SHARDS"]))
         if "TEST_SHARD_STATUS_FILE" in os.environ:  # tells Bazel this runner shards
             pathlib.Path(os.environ["TEST_SHARD_STATUS_FILE"]).touch()
-    rc = pytest.main(args + sys.argv[1:], plugins=plugins)
-    # A shard left with no test (more shards than tests) has nothing to fail.
-    return 0 if plugins and rc == pytest.ExitCode.NO_TESTS_COLLECTED else rc
+    rc = pytest.main(args + sys.argv[1:], plugins=[shard] if shard else [])
+    # A shard left with no test of a file that has some (more shards than tests) has nothing to fail; a
+    # file without tests fails in every shard, as it does unsharded.
+    empty_shard = shard is not None and shard.collected > 0 and rc == pytest.ExitCode.NO_TESTS_COLLECTED
+    return 0 if empty_shard else rc
 
 
 if __name__ == "__main__":
