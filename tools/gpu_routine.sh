@@ -208,17 +208,26 @@ for step in "${steps[@]}"; do
       ;;
     ncu)
       # The decode kernel at the two hardest fp8_ds_mla cells of the throughput grid (N = 16 and 128, T = 512), one
-      # launch each, under Nsight Compute (throughput, memory, occupancy, warp states): $out/ncu/*.csv.
+      # launch each, under Nsight Compute (throughput, memory, occupancy, warp states, source counters):
+      # $out/ncu/*.csv, per SASS instruction its executed count and warp stall samples (*_sass.csv), and
+      # tools/ncu_sass_summary.py's tables of them by opcode and by barrier-to-barrier region (*_summary.txt).
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       mkdir -p "$out/ncu"
       for heads in 16 128; do
         report=$out/ncu/decode_fp8_${heads}x512
         PYTHONPATH=py:tests ncu --kernel-name regex:sparse_decode --launch-count 1 --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section SchedulerStats --csv --page details --log-file "$report.csv" \
+          --section WarpStateStats --section SchedulerStats --section SourceCounters --export "$report" --force-overwrite \
           python3 tools/bench.py --paths=decode --cache_formats=fp8_ds_mla --heads=$heads --tokens=512 --replays=1 \
           --warmup_replays=0 --nocheck --out_dir="$out/ncu/bench_$heads" > "$report.log" 2>&1
-        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$? $(wc -l < "$report.csv") lines" | tee -a "$out/summary.txt"
+        rc=$?
+        ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log"
+        ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log"
+        rm -f "$report.ncu-rep"
+        python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" > "${report}_summary.txt"
+        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$rc $(wc -l < "$report.csv") lines, $(wc -l < "${report}_sass.csv") SASS lines" \
+          | tee -a "$out/summary.txt"
+        sed -n '/^ *lines /,$p' "${report}_summary.txt" | tee -a "$out/summary.txt"  # the regions
       done
       ;;
     memcheck)
