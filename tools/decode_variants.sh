@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Kernel iteration on the GPU machine: builds the decode op library (//cc:libsparse_mla_decode.so) once per
 # variant of a decode kernel's template with Bazel, the variant standing in for the committed template while
-# it builds (Bazel recompiles only that family's instantiations), then times each variant with tools/bench.py's
-# decode path, and optionally tests and profiles it. Outputs go to $OUT (default ./gpu_out/variants), the
-# libraries to /tmp/decode_variants/lib_NAME.so.
+# it builds (every source of //cc/decode:decode_kernels recompiles: each has both templates among its inputs),
+# then times each variant with tools/bench.py's decode path, and optionally tests and profiles it. Outputs go
+# to $OUT/variants (default ./gpu_out/variants), the libraries to /tmp/decode_variants/lib_NAME.so; at the
+# end bazel-bin holds the committed library again.
 #
 # Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cuh... [-- bench flags]
 #   VARIANT.cuh: a copy of cc/decode/narrow/narrow_kernel.cuh, or of cc/decode/wide/wide_kernel.cuh when
 #   its name contains "wide" (keep experiments in the git-ignored .device/); the other family is the
 #   committed one. Each is named after its file's basename. Only variants are timed: time the committed
-#   kernel as a copy. The committed templates are restored when the script ends, however it ends.
+#   kernel as a copy. The committed templates are restored when the script exits or is stopped (TERM, INT,
+#   HUP; not SIGKILL: then `git checkout` them). It refuses to start on templates git shows modified.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons per issued instruction, memory and source sections; text report in $OUT), with the bench
 #   flags but the point's N and T.
@@ -32,16 +34,25 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 done
 [ "${1:-}" = "--" ] && shift
 bench_flags=("$@")
+[ ${#variants[@]} -gt 0 ] || { sed -n 's/^# Usage: //p' "$0" >&2; exit 2; }
+for source in "${variants[@]}"; do
+  [ -r "$source" ] || { echo "decode_variants: cannot read the variant $source" >&2; exit 2; }
+done
 [ ${#bench_flags[@]} -eq 0 ] && bench_flags=(--heads=16,32,64,128 --tokens=1,2,4,8,16)
 
 build=/tmp/decode_variants
 mkdir -p "$build"
 templates=(cc/decode/narrow/narrow_kernel.cuh cc/decode/wide/wide_kernel.cuh)
-for template in "${templates[@]}"; do cp "$template" "$build/committed_$(basename "$template")"; done
+if git rev-parse --git-dir > /dev/null 2>&1 && ! git diff --quiet HEAD -- "${templates[@]}"; then
+  echo "decode_variants: ${templates[*]} differ from HEAD (a killed run?): commit them, or git checkout -- them" >&2
+  exit 2
+fi
+backup=$(mktemp -d)
+for template in "${templates[@]}"; do cp "$template" "$backup/$(basename "$template")"; done
 restore() {
   local committed
   for committed in "${templates[@]}"; do
-    cmp -s "$build/committed_$(basename "$committed")" "$committed" || cp "$build/committed_$(basename "$committed")" "$committed"
+    cmp -s "$backup/$(basename "$committed")" "$committed" || cp "$backup/$(basename "$committed")" "$committed"
   done
 }
 trap restore EXIT
@@ -55,16 +66,21 @@ for source in "${variants[@]}"; do
     *) template=cc/decode/narrow/narrow_kernel.cuh ;;
   esac
   restore
-  cp "$source" "$template"
+  cp "$source" "$template" || continue
   if ! tools/bazel build --config=sm90 //cc:libsparse_mla_decode.so > "$out/$name.build.log" 2>&1; then
     echo "$name: build failed (see $out/$name.build.log)" | tee -a "$summary"
     continue
   fi
   cp -f bazel-bin/cc/libsparse_mla_decode.so "$build/lib_$name.so"
-  registers=$(cuobjdump -res-usage "$build/lib_$name.so" 2>/dev/null | grep -A1 "sparse_decode" | grep -oE "REG:[0-9]+" | tr '\n' ' ')
-  echo "$name: $registers" | tee -a "$summary"
+  # Registers, stack frame and local memory (spills) of each decode kernel instantiation.
+  echo "$name:" | tee -a "$summary"
+  cuobjdump -res-usage "$build/lib_$name.so" 2>/dev/null | c++filt |
+    awk '/Function .*sparse_decode/ { sub(/.*Function /, ""); kernel = $0 }
+         kernel != "" && /REG:/ { print "  " $1, $2, $4, kernel; kernel = "" }' | tee -a "$summary"
 done
 restore
+tools/bazel build --config=sm90 //cc:libsparse_mla_decode.so > "$out/committed.build.log" 2>&1 ||
+  echo "the committed library failed to build again (see $out/committed.build.log)" | tee -a "$summary"
 
 # Nsight Compute: cycles a warp spends per issued instruction stalled for each reason.
 stall_metrics=$(printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," barrier branch_resolving \
@@ -75,7 +91,7 @@ for source in "${variants[@]}"; do
   name=$(basename "$source" .cuh)
   [ -f "$build/lib_$name.so" ] || continue
   export SPARSE_MLA_DECODE_LIBRARY=$build/lib_$name.so
-  echo "$name:" | tee -a "$summary"
+  echo "$name, clusters per wave:" | tee -a "$summary"
   PYTHONPATH=py python3 -c "
 from sparse_mla.ops import decode
 for size in decode.CLUSTER_SIZES:
@@ -85,7 +101,7 @@ for size in decode.CLUSTER_SIZES:
                 continue
             kernel = decode.WIDE_KERNEL if tiles == decode.WIDE_HEAD_TILES else decode.NARROW_KERNEL
             shape = lambda pps: decode.DecodePlan(1, 16 * tiles, tiles, chunk, 1, 1, pps, kernel, size)
-            print('  clusters of', size, 'per wave, head_tiles', tiles, 'cta_chunk', chunk,
+            print('  clusters of', size, ', head_tiles', tiles, 'cta_chunk', chunk,
                   [(pps, decode.max_active_clusters(shape(pps), 0)) for pps in (256, 512, 1024, 2048)])
 " 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then

@@ -210,7 +210,8 @@ for step in "${steps[@]}"; do
       # The decode kernel at the two hardest fp8_ds_mla cells of the throughput grid (N = 16 and 128, T = 512), one
       # launch each, under Nsight Compute (throughput, memory, occupancy, warp states, source counters):
       # $out/ncu/*.csv, per SASS instruction its executed count and warp stall samples (*_sass.csv), and
-      # tools/ncu_sass_summary.py's tables of them by opcode and by barrier-to-barrier region (*_summary.txt).
+      # tools/ncu_sass_summary.py's tables of them by opcode and by barrier-to-barrier region (*_summary.txt,
+      # also as *_opcodes.csv and *_regions.csv). The report (*.ncu-rep) is kept where a step after the profile fails.
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       mkdir -p "$out/ncu"
       for heads in 16 128; do
@@ -219,15 +220,16 @@ for step in "${steps[@]}"; do
           --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section SourceCounters --export "$report" --force-overwrite \
           python3 tools/bench.py --paths=decode --cache_formats=fp8_ds_mla --heads=$heads --tokens=512 --replays=1 \
-          --warmup_replays=0 --nocheck --out_dir="$out/ncu/bench_$heads" > "$report.log" 2>&1
+          --warmup_replays=0 --nocheck --out_dir="$out/ncu/bench_$heads" > "$report.log" 2>&1 &&
+          ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log" &&
+          ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log" &&
+          python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" \
+            --opcodes_csv="${report}_opcodes.csv" > "${report}_summary.txt" 2>> "$report.log" &&
+          rm -f "$report.ncu-rep"
         rc=$?
-        ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log"
-        ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log"
-        rm -f "$report.ncu-rep"
-        python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" > "${report}_summary.txt"
-        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$rc $(wc -l < "$report.csv") lines, $(wc -l < "${report}_sass.csv") SASS lines" \
-          | tee -a "$out/summary.txt"
-        sed -n '/^ *lines /,$p' "${report}_summary.txt" | tee -a "$out/summary.txt"  # the regions
+        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$rc (see $report.log)" | tee -a "$out/summary.txt"
+        sed -n '/^ *lines /,$p' "${report}_summary.txt" 2>/dev/null | tee -a "$out/summary.txt"  # the regions
+        [ "$rc" -eq 0 ] || status=$rc
       done
       ;;
     memcheck)
