@@ -55,7 +55,7 @@ restore() {
     cmp -s "$backup/$(basename "$committed")" "$committed" || cp "$backup/$(basename "$committed")" "$committed"
   done
 }
-trap restore EXIT
+trap 'restore; rm -rf "$backup"' EXIT
 
 summary=$out/summary.txt
 : > "$summary"
