@@ -31,7 +31,6 @@ BARRIERS = ("BAR.SYNC", "BAR.ARV", "BAR.RED")
 
 
 class Instruction(NamedTuple):
-    line: int
     source: str
     samples: float
     executed: float
@@ -82,7 +81,7 @@ def read_instructions(path: str) -> List[Instruction]:
         if len(row) != len(header):
             raise ValueError(f"{where}: {len(row)} columns, the header has {len(header)}")
         instructions.append(Instruction(
-            line=len(instructions), source=row[column["Source"]].strip(),
+            source=row[column["Source"]].strip(),
             samples=_number(row[column[SAMPLES]], where), executed=_number(row[column[EXECUTED]], where),
             stalls={name[len("stall_"):]: _number(row[column[name]], where) for name in reasons}))
     if not instructions:
