@@ -1,5 +1,5 @@
 // PTX wrappers of the Hopper (sm_90a) instructions our kernels use, by kind: programmatic dependent
-// launch, L2 prefetch, cp.async, proxy fence, mma.sync / ldmatrix / movmatrix, named and cluster barriers, wgmma
+// launch, cp.async, proxy fence, mma.sync / ldmatrix / movmatrix, named and cluster barriers, wgmma
 // (descriptors, fence, commit, wait, the two shapes) and setmaxnreg.
 #pragma once
 
@@ -14,12 +14,6 @@ namespace sparse_mla {
 // has completed and its writes are visible (at once for a kernel launched the usual way).
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
-// Starts copying `bytes` (a multiple of 16) of global memory at `gmem` (16-byte aligned) into L2, nothing
-// else: a hint that reads nothing into the thread and is coherent with any write to those bytes.
-__device__ __forceinline__ void prefetch_l2(const void* gmem, int bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
-}
 
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -127,7 +127,6 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   p.kv_fp8 = kv_fp8 ? 1 : 0;
   p.num_blocks = static_cast<int>(num_blocks);
   fill_topk_source(p, topk_indices, req_id, token_kv_len, block_table, row_lengths, dcp);
-  p.num_reqs = static_cast<int>(block_table.size(0));
   p.out = out.data_ptr();
   p.out_token_stride = out.stride(0);
   p.out_head_stride = out.stride(1);

@@ -44,7 +44,6 @@ struct SparseDecodeParams {
   const int32_t* token_kv_len;  // [T] positions the token may attend
   const int32_t* block_table;   // [num_reqs, max_blocks_per_req]
   int64_t block_table_stride;
-  int num_reqs;
   int max_blocks_per_req;
   const int32_t* topk_length;   // [T] entries of each row to read (columns past it are -1), or nullptr
   DcpShard dcp;                 // the shard of the cache this rank holds (positions are global)

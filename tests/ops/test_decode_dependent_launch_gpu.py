@@ -2,10 +2,10 @@
 
 The kernel ahead (a Triton copy) lets its dependents launch at once (``griddepcontrol.launch_dependents``),
 waits 20 µs, then overwrites one input of the forward with new values; the forward launched right after
-it, eagerly or in one CUDA graph with it, must match the fp32 reference on the new values. Its CTAs start
-while the copy waits, and what they do before their ``griddepcontrol.wait`` (the L2 prefetch of a short
-slice's slots, cc/decode/components/slot_prefetch.cuh) must not reach the output. Each input's stale
-values differ from the new ones, so a forward that read any of them early fails. Shapes: the 16/32-head
+it, eagerly or in one CUDA graph with it, must match the fp32 reference on the new values. The 16/32-head
+kernel's CTAs may start while the copy waits (a programmatic dependent launch), and nothing they read
+before their ``griddepcontrol.wait`` may reach the output. Each input's stale values differ from the new
+ones, so a forward that read any of them early fails. Shapes: the 16/32-head
 kernel in clusters of 8 (N = 16, T = 2) and one CTA per split (T = 16), and the wide kernel (N = 128), on
 both caches; outputs poisoned (NaN) before every call; accuracy as ``sparse_mla_testing.assert_attention_close``.
 """

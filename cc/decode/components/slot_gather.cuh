@@ -17,26 +17,18 @@ namespace decode {
 // its address computed once, each of them every (kBlockThreads / kChunk)-th 16-byte piece of it,
 // piece `part` of slot r to `destination(r, part)` in shared memory (the kernel's staging layout).
 // Masked rows are zero-filled, never read.
-template <bool kFp8>
-constexpr int kSlotBytes = kFp8 ? kFp8SlotBytes : kSlotElems * 2;  // a slot as the cache stores it
-
-// The address of global slot row `row` (block row / 64, slot row % 64) of the cache, row >= 0.
-template <bool kFp8>
-__device__ __forceinline__ const unsigned char* slot_address(const SparseDecodeParams& p, int row) {
-  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
-  return static_cast<const unsigned char*>(p.kv_cache) +
-         (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-          static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
-}
-
 template <int kChunk, bool kFp8, int kBlockThreads = kThreads, typename Destination>
 __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, Destination destination) {
   constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
-  constexpr int kSlotPieces = kSlotBytes<kFp8> / 16;
+  constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
   const int tid = threadIdx.x % kBlockThreads, r = tid / kThreadsPerSlot;
   const int row = rows[r];
   // Masked rows: the cache's first slot, a valid address (its pieces lie within it), nothing read.
-  const unsigned char* src = row >= 0 ? slot_address<kFp8>(p, row) : static_cast<const unsigned char*>(p.kv_cache);
+  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
+  if (row >= 0)
+    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
 #pragma unroll
   for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
     cp_async_16(destination(r, part), src + part * 16, row >= 0);

@@ -10,7 +10,6 @@
 #include "cc/decode/components/bf16_registers.cuh"
 #include "cc/decode/components/cta_work.cuh"
 #include "cc/decode/components/slot_gather.cuh"
-#include "cc/decode/components/slot_prefetch.cuh"
 #include "cc/decode/components/slot_translation.cuh"
 #include "cc/decode/components/softmax.cuh"
 #include "cc/decode/kernel_launcher.cuh"
@@ -34,7 +33,6 @@ constexpr int kRowStride = kSlotElems + 8;                    // bf16 per staged
 constexpr int kFp8RowBytes = 768;                             // staged fp8_ds_mla row pitch (656 B + skew)
 constexpr int kOutStride = kKvLoraRank + 4;                   // fp32 partial-output row stride
 constexpr int kMergeUnroll = 8;  // split partials the last CTA loads at once (registers: the kernel's 85 or 128 a thread)
-constexpr int kPrefetchThreads = kThreads / 2;  // the last ones: step 2 leaves them idle for slices this short
 
 static_assert(kColsPerWarp == 64 && kRopePerWarp == 8, "fragment code assumes 64 + 8 columns per warp");
 
@@ -103,15 +101,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
   const int positions = p.positions_per_split / kCluster;  // this CTA's slice
-  const int slice_begin = split * p.positions_per_split + rank * positions;
-  // A programmatic dependent launch. The next kernel's CTAs may take free SMs while this grid runs: they
-  // wait for it to complete before they read anything. Before this grid waits on the kernel ahead, a small
-  // slice's slots are prefetched into L2 by the threads that do not translate it (step 2); nothing is
-  // read for the kernel's own use before the wait.
-  allow_dependent_launch();
-  if (positions <= kPrefetchThreads && tid >= kThreads - kPrefetchThreads)
-    prefetch_slot<kFp8>(p, token, slice_begin, positions, tid - (kThreads - kPrefetchThreads));
-  wait_for_prerequisite_grids();
+  wait_for_prerequisite_grids();  // a programmatic dependent launch: nothing is read before this
 
   // 1. Query fragments of this warp's columns, kept in registers for the whole loop (loaded first:
   //    they do not depend on the index -> block-table chain below, so both are in flight together).
@@ -145,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadTiles, kCtaChun
   }
 
   // 2. This slice's positions -> global slot rows (masked entries -1).
-  translate_positions(p, token, slice_begin, positions, rows);
+  translate_positions(p, token, split * p.positions_per_split + rank * positions, positions, rows);
   for (int h = tid; h < kHeads; h += kThreads) {
     row_max[h] = kNegInf;
     row_sum[h] = 0.f;
