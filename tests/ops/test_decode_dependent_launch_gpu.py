@@ -5,7 +5,9 @@ waits 20 µs, then overwrites one input of the forward with new values; the forw
 it, eagerly or in one CUDA graph with it, must match the fp32 reference on the new values. The 16/32-head
 kernel's CTAs may start while the copy waits (a programmatic dependent launch), and nothing they read
 before their ``griddepcontrol.wait`` may reach the output. Each input's stale values differ from the new
-ones, so a forward that read any of them early fails. Shapes: the 16/32-head
+ones, so a forward that read any of them early fails: on the H200 a kernel that translated its positions
+and loaded its queries before the wait failed every graph case but the cache's (2026-12-02); eager launches
+there did not overlap. Shapes: the 16/32-head
 kernel in clusters of 8 (N = 16, T = 2) and one CTA per split (T = 16), and the wide kernel (N = 128), on
 both caches; outputs poisoned (NaN) before every call; accuracy as ``sparse_mla_testing.assert_attention_close``.
 """
