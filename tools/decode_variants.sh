@@ -15,7 +15,7 @@
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons per issued instruction, memory and source sections; text report in $OUT), with the bench
 #   flags but the point's N and T.
-#   --tests: per variant, tests/ops/test_decode_gpu.py against its library.
+#   --tests: per variant, tests/ops/test_decode_gpu.py and test_decode_dependent_launch_gpu.py against its library.
 # Bazel runs as tools/bazel with --config=sm90 and the environment tools/gpu_routine.sh sets up (BAZEL_REAL,
 # SPARSE_MLA_OFFLINE, CC, the upstream source folders).
 # Bench flags default to --heads=16,32,64,128 --tokens=1,2,4,8,16 (each point checked against the reference).
@@ -105,7 +105,8 @@ for size in decode.CLUSTER_SIZES:
                   [(pps, decode.max_active_clusters(shape(pps), 0)) for pps in (256, 512, 1024, 2048)])
 " 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
-    PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py > "$out/$name.tests.txt" 2>&1
+    PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py \
+      > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"
   fi
   mkdir -p "$out/$name"

@@ -198,7 +198,7 @@ for step in "${steps[@]}"; do
       ;;
     decode)
       export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so
-      PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
+      PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
       echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
       mkdir -p "$out/decode_bench"
       PYTHONPATH=py:tests python3 tools/bench.py --paths=triton,decode --heads=16,32,64,128 --tokens=1,2,4,8,16,32 \
