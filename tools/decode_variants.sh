@@ -6,7 +6,7 @@
 # to $OUT/variants (default ./gpu_out/variants), the libraries to /tmp/decode_variants/lib_NAME.so; at the
 # end bazel-bin holds the committed library again.
 #
-# Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] VARIANT.cuh... [-- bench flags]
+# Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] [--rounds=K] [--model_step] VARIANT.cuh... [-- bench flags]
 #   VARIANT.cuh: a copy of cc/decode/narrow/narrow_kernel.cuh, or of cc/decode/wide/wide_kernel.cuh when
 #   its name contains "wide" (keep experiments in the git-ignored .device/); the other family is the
 #   committed one. Each is named after its file's basename. Only variants are timed: time the committed
@@ -16,6 +16,9 @@
 #   reasons per issued instruction, memory and source sections; text report in $OUT), with the bench
 #   flags but the point's N and T.
 #   --tests: per variant, tests/ops/test_decode_gpu.py and test_decode_dependent_launch_gpu.py against its library.
+#   --rounds: K rounds of the bench, each over all variants in turn (default 1), into $OUT/variants/NAME/roundK/.
+#   --model_step: per variant, tools/model_step_bench.py (the forward between a stand-in indexer and write_kv,
+#   61 layers in one CUDA graph) with the bench flags, into $OUT/variants/NAME/model_step/.
 # Bazel runs as tools/bazel with --config=sm90 and the environment tools/gpu_routine.sh sets up (BAZEL_REAL,
 # SPARSE_MLA_OFFLINE, CC, the upstream source folders).
 # Bench flags default to --heads=16,32,64,128 --tokens=1,2,4,8,16 (each point checked against the reference).
@@ -23,11 +26,13 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}/variants
 mkdir -p "$out"
-ncu_points="" run_tests=0 variants=()
+ncu_points="" run_tests=0 rounds=1 model_step=0 variants=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
     --ncu=*) ncu_points=${1#--ncu=} ;;
     --tests) run_tests=1 ;;
+    --rounds=*) rounds=${1#--rounds=} ;;
+    --model_step) model_step=1 ;;
     *) variants+=("$1") ;;
   esac
   shift
@@ -35,6 +40,7 @@ done
 [ "${1:-}" = "--" ] && shift
 bench_flags=("$@")
 [ ${#variants[@]} -gt 0 ] || { sed -n 's/^# Usage: //p' "$0" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "decode_variants: --rounds expects a positive integer, got $rounds" >&2; exit 2; }
 for source in "${variants[@]}"; do
   [ -r "$source" ] || { echo "decode_variants: cannot read the variant $source" >&2; exit 2; }
 done
@@ -109,11 +115,6 @@ for size in decode.CLUSTER_SIZES:
       > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"
   fi
-  mkdir -p "$out/$name"
-  PYTHONPATH=py:tests python3 tools/bench.py --paths=decode --out_dir="$out/$name" "${bench_flags[@]}" \
-    > "$out/$name/bench.log" 2>&1
-  echo "  bench rc=$?" | tee -a "$summary"
-  grep -E "^ *[0-9]+ +\| +[0-9]+ +\|" "$out/$name/bench.log" | tee -a "$summary"
   for point in ${ncu_points//,/ }; do
     heads=${point%:*} tokens=${point#*:}
     ncu --clock-control none --section LaunchStats --section Occupancy --section SpeedOfLight \
@@ -126,4 +127,29 @@ for size in decode.CLUSTER_SIZES:
       | tee -a "$summary"
   done
 done
+
+# The bench, round by round over the variants in turn (so that a drift of the machine shows across rounds).
+for round in $(seq "$rounds"); do
+  for source in "${variants[@]}"; do
+    name=$(basename "$source" .cuh)
+    [ -f "$build/lib_$name.so" ] || continue
+    dir=$out/$name/round$round
+    mkdir -p "$dir"
+    SPARSE_MLA_DECODE_LIBRARY=$build/lib_$name.so PYTHONPATH=py:tests python3 tools/bench.py --paths=decode \
+      --out_dir="$dir" "${bench_flags[@]}" > "$dir/bench.log" 2>&1
+    echo "$name, round $round: bench rc=$?" | tee -a "$summary"
+    grep -E "^ *[0-9]+ +\| +[0-9]+ +\|" "$dir/bench.log" | tee -a "$summary"
+  done
+done
+if [ "$model_step" -eq 1 ]; then
+  for source in "${variants[@]}"; do
+    name=$(basename "$source" .cuh)
+    [ -f "$build/lib_$name.so" ] || continue
+    dir=$out/$name/model_step
+    mkdir -p "$dir"
+    SPARSE_MLA_DECODE_LIBRARY=$build/lib_$name.so PYTHONPATH=py:tests python3 tools/model_step_bench.py \
+      --out_dir="$dir" "${bench_flags[@]}" > "$dir/model_step.log" 2>&1
+    echo "$name: model_step rc=$? $(grep '^summary:' "$dir/model_step.log" | tail -1)" | tee -a "$summary"
+  done
+fi
 cat "$summary"
