@@ -65,6 +65,7 @@ trap 'restore; rm -rf "$backup"' EXIT
 
 summary=$out/summary.txt
 : > "$summary"
+built=()  # the variants whose library this run built (a failed build leaves an older lib_NAME.so behind)
 for source in "${variants[@]}"; do
   name=$(basename "$source" .cuh)
   case "$name" in
@@ -78,6 +79,7 @@ for source in "${variants[@]}"; do
     continue
   fi
   cp -f bazel-bin/cc/libsparse_mla_decode.so "$build/lib_$name.so"
+  built+=("$name")
   # Registers, stack frame and local memory (spills) of each decode kernel instantiation.
   echo "$name:" | tee -a "$summary"
   cuobjdump -res-usage "$build/lib_$name.so" 2>/dev/null | c++filt |
@@ -93,9 +95,7 @@ stall_metrics=$(printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ra
   dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle membar mio_throttle misc \
   no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait)
 stall_metrics=${stall_metrics%,}
-for source in "${variants[@]}"; do
-  name=$(basename "$source" .cuh)
-  [ -f "$build/lib_$name.so" ] || continue
+for name in "${built[@]}"; do
   export SPARSE_MLA_DECODE_LIBRARY=$build/lib_$name.so
   echo "$name, clusters per wave:" | tee -a "$summary"
   PYTHONPATH=py python3 -c "
@@ -130,9 +130,7 @@ done
 
 # The bench, round by round over the variants in turn (so that a drift of the machine shows across rounds).
 for round in $(seq "$rounds"); do
-  for source in "${variants[@]}"; do
-    name=$(basename "$source" .cuh)
-    [ -f "$build/lib_$name.so" ] || continue
+  for name in "${built[@]}"; do
     dir=$out/$name/round$round
     mkdir -p "$dir"
     SPARSE_MLA_DECODE_LIBRARY=$build/lib_$name.so PYTHONPATH=py:tests python3 tools/bench.py --paths=decode \
@@ -142,9 +140,7 @@ for round in $(seq "$rounds"); do
   done
 done
 if [ "$model_step" -eq 1 ]; then
-  for source in "${variants[@]}"; do
-    name=$(basename "$source" .cuh)
-    [ -f "$build/lib_$name.so" ] || continue
+  for name in "${built[@]}"; do
     dir=$out/$name/model_step
     mkdir -p "$dir"
     SPARSE_MLA_DECODE_LIBRARY=$build/lib_$name.so PYTHONPATH=py:tests python3 tools/model_step_bench.py \
