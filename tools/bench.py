@@ -124,6 +124,8 @@ flags.DEFINE_list("cache_formats", [f.name for f in kv_cache_format.FORMATS],
 flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode kernel's plan (8 or 1); default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("decode_cta_chunk", None, "Positions per pipeline stage of a decode CTA (16 or 32); default: the plan's rule.")
 flags.DEFINE_integer("decode_head_tiles", None, "Head tiles of 16 per decode CTA (1, 2, or 4: the wide kernel); default: the plan's rule.")
+flags.DEFINE_integer("decode_kernel", None, "The decode kernel of the plan (sparse_mla.ops.decode.SWAP_AB_KERNEL: "
+                     "the swap-AB one); default: the plan's rule.")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
@@ -336,7 +338,7 @@ def decode_call(c: Copy, kv_cache: torch.Tensor) -> Callable[[], None]:
     launch = decode.plan(num_tokens, num_heads, num_sms, FLAGS.topk, FLAGS.decode_ctas_per_sm,
                          decode.cluster_capacity(torch.cuda.current_device()), FLAGS.decode_cluster_size,
                          FLAGS.decode_cta_chunk, FLAGS.decode_head_tiles,
-                         fp8_ds_mla=kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype)
+                         fp8_ds_mla=kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype, kernel=FLAGS.decode_kernel)
     workspace = decode.workspace_for_plans([launch], kv_cache.device)
     b = c.batch
     return lambda: decode.sparse_mla_decode(

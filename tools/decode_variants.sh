@@ -15,7 +15,8 @@
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons per issued instruction, memory and source sections; text report in $OUT), with the bench
 #   flags but the point's N and T.
-#   --tests: per variant, tests/ops/test_decode_gpu.py and test_decode_dependent_launch_gpu.py against its library.
+#   --tests: per variant, tests/ops/test_decode_gpu.py, test_decode_dependent_launch_gpu.py and
+#   test_decode_swap_ab_gpu.py against its library.
 #   --rounds: K rounds of the bench, each over all variants in turn (default 1), into $OUT/variants/NAME/roundK/.
 #   --model_step: per variant, tools/model_step_bench.py (the forward between a stand-in indexer and write_kv,
 #   61 layers in one CUDA graph) with the bench flags, into $OUT/variants/NAME/model_step/.
@@ -111,7 +112,7 @@ for size in decode.CLUSTER_SIZES:
                   [(pps, decode.max_active_clusters(shape(pps), 0)) for pps in (256, 512, 1024, 2048)])
 " 2>&1 | tail -10 | tee -a "$summary"
   if [ "$run_tests" -eq 1 ]; then
-    PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py \
+    PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py tests/ops/test_decode_swap_ab_gpu.py \
       > "$out/$name.tests.txt" 2>&1
     echo "  tests: $(tail -1 "$out/$name.tests.txt")" | tee -a "$summary"
   fi

@@ -7,7 +7,7 @@
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time]
-#        [decode] [memcheck] [ncu] [-- extra bench flags]
+#        [decode] [memcheck] [racecheck] [ncu] [-- extra bench flags]
 #   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
 #   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
@@ -25,8 +25,9 @@
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
 #   ncu: Nsight Compute on the decode kernel at N = 16 and 128, T = 512 on fp8_ds_mla (after decode_build or build).
-#   memcheck: our kernels' GPU tests (decode kernel, FA3 route's conversion) under compute-sanitizer
+#   memcheck: our kernels' GPU tests (decode kernels, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
+#   racecheck: the decode kernels' GPU tests (the swap-AB kernel's, a subset of the others') under racecheck.
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
 #   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
 #   py/sparse_mla/routing_table.json and copied to $OUT/bench/).
@@ -198,7 +199,8 @@ for step in "${steps[@]}"; do
       ;;
     decode)
       export SPARSE_MLA_DECODE_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_decode.so
-      PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
+      PYTHONPATH=py:tests python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py \
+        tests/ops/test_decode_swap_ab_gpu.py 2>&1 | tee "$out/decode_tests.log" | tail -25
       echo "decode tests: $(tail -1 "$out/decode_tests.log")" | tee -a "$out/summary.txt"
       mkdir -p "$out/decode_bench"
       PYTHONPATH=py:tests python3 tools/bench.py --paths=triton,decode --heads=16,32,64,128 --tokens=1,2,4,8,16,32 \
@@ -237,11 +239,21 @@ for step in "${steps[@]}"; do
       [ -z "${SPARSE_MLA_FA3_LIBRARY:-}" ] && [ -f bazel-bin/cc/libsparse_mla_fa3.so ] &&
         export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
       PYTHONPATH=py:tests compute-sanitizer --tool memcheck --target-processes all \
-        python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py tests/ops/test_fa3_gpu.py \
-        tests/ops/test_token_metadata_gpu.py tests/backend/test_unusual_inputs_gpu.py tests/backend/test_dcp_gpu.py \
+        python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py tests/ops/test_decode_swap_ab_gpu.py \
+        tests/ops/test_fa3_gpu.py tests/ops/test_token_metadata_gpu.py tests/backend/test_unusual_inputs_gpu.py tests/backend/test_dcp_gpu.py \
         -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call and (not test_dcp_simulated or (mixed and 128 and 8-16)) and (not test_topk_length or mixed)" \
         > "$out/memcheck.log" 2>&1
       echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/memcheck.log")" | tee -a "$out/summary.txt"
+      ;;
+    racecheck)
+      # Shared-memory hazards of our decode kernels (compute-sanitizer racecheck): the swap-AB kernel's tests
+      # and a subset of the 16/32- and 64-head kernels' (the split counts and cache formats of each shape).
+      export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
+      PYTHONPATH=py:tests compute-sanitizer --tool racecheck --target-processes all \
+        python3 -m pytest -q tests/ops/test_decode_swap_ab_gpu.py tests/ops/test_decode_gpu.py \
+        -k "swap_ab or test_any_split_count or (test_wide_kernel_matches_reference and (fp8_ds_mla-3- or bf16-8-))" \
+        > "$out/racecheck.log" 2>&1
+      echo "racecheck: rc=$? $(grep -E 'RACECHECK SUMMARY' "$out/racecheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/racecheck.log")" | tee -a "$out/summary.txt"
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

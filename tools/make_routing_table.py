@@ -1,15 +1,17 @@
 """Writes py/sparse_mla/routing_table.json from a tools/bench.py grid CSV: for each cache format, per (N, T) the
 fastest route that reads it (sparse_mla.routing.table_from_bench_rows: the bf16 grid from the `<route>_us`
 columns, the fp8_ds_mla grid from the `<route>_fp8_us` columns); a format with fewer than two routes timed
-keeps its grid. Run: python3 tools/make_routing_table.py <out_dir>/bench.csv"""
+keeps its grid. With --merge, the CSV's heads N replace only their rows of each grid (the CSV must time the grid's
+T), the other rows and their provenance stay. Run: python3 tools/make_routing_table.py <out_dir>/bench.csv [--merge]"""
 
 import csv
+import json
 import sys
 
 from sparse_mla import routing
 
 
-def main(bench_csv: str) -> None:
+def main(bench_csv: str, merge: bool = False) -> None:
     with open(bench_csv) as f:
         lines = f.read().splitlines()
     provenance = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
@@ -19,9 +21,19 @@ def main(bench_csv: str) -> None:
         if table is None:
             print(f"{cache_format}: fewer than two routes timed in {bench_csv}: grid left as it was")
             continue
-        routing.write_table(table, {**provenance, "source": bench_csv}, cache_format=cache_format)
+        source = bench_csv
+        if merge:
+            measured = ", ".join(str(n) for n in table[0])
+            table = routing.with_rows_of(routing.load_table(cache_format=cache_format), table)
+            with open(routing.ROUTING_TABLE) as f:
+                old_source = json.load(f)[cache_format]["provenance"]["source"]
+            source = f"{bench_csv} (rows N = {measured}); other rows: {old_source}"
+        routing.write_table(table, {**provenance, "source": source}, cache_format=cache_format)
         print(f"{cache_format}: wrote its grid into {routing.ROUTING_TABLE}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    arguments = [a for a in sys.argv[1:] if a != "--merge"]
+    if len(arguments) != 1:
+        sys.exit("usage: python3 tools/make_routing_table.py <out_dir>/bench.csv [--merge]")
+    main(arguments[0], merge="--merge" in sys.argv[1:])

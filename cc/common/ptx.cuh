@@ -1,6 +1,6 @@
 // PTX wrappers of the Hopper (sm_90a) instructions our kernels use, by kind: programmatic dependent
 // launch, cp.async, proxy fence, mma.sync / ldmatrix / movmatrix, named and cluster barriers, wgmma
-// (descriptors, fence, commit, wait, the two shapes) and setmaxnreg.
+// (descriptors, fence, commit, wait, the three shapes) and setmaxnreg.
 #pragma once
 
 #include <cstdint>
@@ -126,6 +126,18 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t a, u
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a), "l"(b));
+}
+
+// d[64 x 16] += A . B on the warpgroup, A (64 x 16) and B (16 x 16) in shared memory, B K-major, A
+// K-major or (kTransposeA = 1) MN-major.
+template <int kTransposeA>
+__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"  // p: accumulate into d
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, %10, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b), "n"(kTransposeA));
 }
 
 // d[64 x 128] += A . B on the warpgroup, A (64 x 16) in registers (mma.sync's A fragment of each

@@ -2,6 +2,7 @@
 #include "cc/decode/decode_plan.h"
 
 #include "cc/common/op_checks.h"
+#include "cc/decode/swap_ab/swap_ab.h"
 #include "cc/decode/wide/wide.h"
 
 namespace sparse_mla {
@@ -16,9 +17,16 @@ int64_t align_up(int64_t bytes) {
 }
 
 // The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
-// the narrow kernel; the wide one has one of each (64 heads, 32 positions, 1 CTA).
+// the narrow kernel; the wide and swap-AB ones have one of each (64 heads, 32 positions, 1 CTA; 16
+// heads, 64 positions, 1 CTA).
 void check_launch_shape(const DecodePlan& p) {
-  if (p.kernel == DecodeKernel::kWide) {
+  if (p.kernel == DecodeKernel::kSwapAb) {
+    SPARSE_MLA_CHECK_ARG(
+        p.head_tiles == swap_ab::kHeadTiles && p.cta_chunk == swap_ab::kCtaChunk && p.cluster_size == swap_ab::kCluster,
+        "sparse_mla: argument 'plan': the swap-AB kernel (kernel=2) expected head_tiles=", swap_ab::kHeadTiles,
+        ", cta_chunk=", swap_ab::kCtaChunk, " and cluster_size=", swap_ab::kCluster, ", got head_tiles=",
+        p.head_tiles, ", cta_chunk=", p.cta_chunk, " and cluster_size=", p.cluster_size);
+  } else if (p.kernel == DecodeKernel::kWide) {
     SPARSE_MLA_CHECK_ARG(
         p.head_tiles == wide::kHeadTiles && p.cta_chunk == wide::kCtaChunk && p.cluster_size == wide::kCluster,
         "sparse_mla: argument 'plan': the wide kernel (kernel=1) expected head_tiles=", wide::kHeadTiles,
@@ -49,8 +57,10 @@ DecodePlan checked_plan(const std::vector<int64_t>& value) {
                        static_cast<int>(kPlanFields), " entries ", kPlanOrder, ", got ", value.size());
   const int64_t kernel = value[kPlanKernel];
   SPARSE_MLA_CHECK_ARG(kernel == static_cast<int64_t>(DecodeKernel::kNarrow) ||
-                           kernel == static_cast<int64_t>(DecodeKernel::kWide),
-                       "sparse_mla: argument 'plan' expected kernel 0 (narrow) or 1 (wide), got ", kernel);
+                           kernel == static_cast<int64_t>(DecodeKernel::kWide) ||
+                           kernel == static_cast<int64_t>(DecodeKernel::kSwapAb),
+                       "sparse_mla: argument 'plan' expected kernel 0 (narrow), 1 (wide) or 2 (swap-AB), got ",
+                       kernel);
   const DecodePlan plan{static_cast<DecodeKernel>(kernel), value[kPlanNumTokens], value[kPlanNumHeads],
                         value[kPlanHeadTiles], value[kPlanCtaChunk], value[kPlanClusterSize],
                         value[kPlanNumSplits], value[kPlanPositionsPerSplit]};

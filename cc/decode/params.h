@@ -18,10 +18,12 @@ constexpr int kMaxSplits = 64;         // most splits of one token's positions (
 constexpr int kMaxPositionsPerSplit = 8192;
 constexpr int kMaxGridZ = 65535;       // CUDA's limit on gridDim.z: (token, head group) pairs of one launch
 
-// Which decode kernel a launch runs (the plan's `kernel` field; NARROW_KERNEL / WIDE_KERNEL in Python).
+// Which decode kernel a launch runs (the plan's `kernel` field; NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL
+// in Python).
 enum class DecodeKernel : int {
   kNarrow = 0,  // 16 or 32 heads per CTA, mma.sync (cc/decode/narrow/)
   kWide = 1,    // 64 heads per CTA, wgmma with producer warpgroups (cc/decode/wide/)
+  kSwapAb = 2,  // 16 heads per CTA as wgmma's N, 64-position tiles (cc/decode/swap_ab/)
 };
 
 struct SparseDecodeParams {
@@ -59,8 +61,8 @@ struct SparseDecodeParams {
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
   int32_t* counters;    // [T, head_groups, kClusterSize], T * head_groups <= kMaxGridZ (one launch)
   int num_tokens, num_heads;
-  int head_tiles;       // heads per CTA = 16 * head_tiles, 1 or 2 (kNarrow), 4 (kWide)
-  int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32
+  int head_tiles;       // heads per CTA = 16 * head_tiles, 1 or 2 (kNarrow), 4 (kWide), 1 (kSwapAb)
+  int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32 (kSwapAb: 64)
   int cluster_size;     // CTAs per split: kClusterSize (slices merged through DSMEM) or 1 (large grids)
   int head_groups;      // ceil(num_heads / heads per CTA)
   int num_splits;       // position splits per token

@@ -104,6 +104,24 @@ def table_from_timings(us: Dict[Tuple[int, int, str], float], cache_format: str 
     return heads, tokens, {n: [fastest(n, t) for t in tokens] for n in heads}
 
 
+def with_rows_of(base: Table, rows: Table) -> Table:
+    """``base`` with the rows (N) of ``rows``, taken at ``base``'s T, in place of its own (or added).
+
+    Raises
+    ------
+    ValueError
+        ``rows`` does not measure every T of ``base``.
+    """
+    base_heads, tokens, base_route = base
+    heads, row_tokens, route = rows
+    missing = [t for t in tokens if t not in row_tokens]
+    if missing:
+        raise ValueError(f"sparse_mla: argument 'rows' expected every T of the grid {tokens}, misses {missing}")
+    columns = [row_tokens.index(t) for t in tokens]
+    merged = {**base_route, **{n: [route[n][i] for i in columns] for n in heads}}
+    return sorted(merged), tokens, merged
+
+
 def bench_column(path: str, cache_format: str = BF16.name) -> str:
     """The stem of ``tools/bench.py``'s grid columns of ``path`` (a route name, or another timed path such as
     ``"fa3_kernel"``) on a cache of ``cache_format``: ``path`` itself on bf16 (the names of results from before

@@ -133,6 +133,15 @@ def test_table_from_timings_takes_the_fastest_route():
         routing.table_from_timings(us, "fp8_ds_mla")
 
 
+def test_with_rows_of_replaces_the_measured_rows_at_the_grid_tokens():
+    base = ([16, 32], [1, 128], {16: ["decode", "fa3"], 32: ["decode", "fa3"]})
+    rows = ([16, 64], [1, 64, 128], {16: ["decode", "fa3", "decode"], 64: ["fa3", "fa3", "triton"]})
+    assert routing.with_rows_of(base, rows) == (
+        [16, 32, 64], [1, 128], {16: ["decode", "decode"], 32: ["decode", "fa3"], 64: ["fa3", "triton"]})
+    with pytest.raises(ValueError, match=r"argument 'rows' expected every T of the grid \[1, 128\], misses \[128\]"):
+        routing.with_rows_of(base, ([16], [1, 64], {16: ["decode", "fa3"]}))
+
+
 def test_bench_columns_keep_the_bf16_names_and_mark_fp8():
     assert routing.bench_column("triton") == routing.bench_column("triton", "bfloat16") == "triton"
     assert routing.bench_column("decode", "fp8_ds_mla") == "decode_fp8"

@@ -23,13 +23,10 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (10, 16, 8, 1, 16, 1, 3, 768),  # the last grid of clusters with 16-position stages
         (11, 16, 8, 1, 32, 1, 3, 768),  # 32-position stages again (CLUSTER_LARGE_CHUNK_MIN_GROUPS)
         (15, 16, 8, 1, 32, 1, 2, 1024),  # the last grid of clusters
-        (16, 16, 1, 1, 32, 1, 16, 128),  # one CTA per split from T * head_groups = 16 on, 32-position stages
-        (22, 16, 1, 1, 32, 1, 11, 192),
-        (23, 16, 8, 1, 16, 1, 1, 2048),  # clusters of 8 again (CLUSTER_ONE_SPLIT_GROUPS), one split
-        (30, 8, 8, 1, 16, 1, 1, 2048),
-        (31, 16, 1, 1, 32, 1, 8, 256),
-        (32, 16, 1, 1, 16, 1, 8, 256),  # ... and 16-position stages from 32 on
-        (33, 16, 1, 1, 16, 1, 8, 256),
+        (16, 16, 1, 1, 64, 1, 8, 256),  # N <= 16 from T = 16 on: the swap-AB kernel, one CTA per SM
+        (23, 16, 1, 1, 64, 1, 5, 448),
+        (30, 8, 1, 1, 64, 1, 4, 512),
+        (128, 16, 1, 1, 64, 1, 1, 2048),
         (1, 64, 1, 4, 32, 1, 64, 32),  # N > 32: the wide kernel (64 heads per CTA) at every T, one CTA per SM
         (1, 128, 1, 4, 32, 2, 64, 32),
         (1, 100, 1, 4, 32, 2, 64, 32),
@@ -50,7 +47,6 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (128, 17, 1, 4, 32, 1, 1, 2048),
         (129, 32, 1, 2, 16, 1, 2, 1024),
         (256, 32, 1, 2, 16, 1, 1, 2048),
-        (128, 16, 1, 1, 16, 1, 2, 1024),  # N <= 16: never wide
         (1024, 128, 1, 4, 32, 2, 1, 2048),
     ],
 )
@@ -58,10 +54,44 @@ def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk
     launch = decode.plan(num_tokens, num_heads, H200_SMS)
     assert (launch.cluster_size, launch.head_tiles, launch.cta_chunk, launch.head_groups, launch.num_splits,
             launch.positions_per_split) == (cluster_size, head_tiles, cta_chunk, head_groups, num_splits, positions)
+    swap_ab = cta_chunk == decode.SWAP_AB_CTA_CHUNK
+    assert launch.kernel == (decode.SWAP_AB_KERNEL if swap_ab else decode.kernel_for(head_tiles))
     assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
     assert launch.positions_per_split % (launch.cluster_size * launch.cta_chunk) == 0
     assert launch.num_ctas <= max(2 * H200_SMS, launch.cluster_size * num_tokens * head_groups)
     assert launch.heads_per_cta * launch.head_groups >= num_heads
+
+
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, cluster_size, cta_chunk, num_splits, positions",
+    [
+        (16, 16, 1, 32, 16, 128),  # one CTA per split from T * head_groups = 16 on, 32-position stages
+        (22, 16, 1, 32, 11, 192),
+        (23, 16, 8, 16, 1, 2048),  # clusters of 8 again (CLUSTER_ONE_SPLIT_GROUPS), one split
+        (30, 8, 8, 16, 1, 2048),
+        (31, 16, 1, 32, 8, 256),
+        (32, 16, 1, 16, 8, 256),  # ... and 16-position stages from 32 on
+        (33, 16, 1, 16, 8, 256),
+        (128, 16, 1, 16, 2, 1024),
+    ],
+)
+def test_narrow_plan_for_16_heads_on_h200(num_tokens, num_heads, cluster_size, cta_chunk, num_splits, positions):
+    """The 16/32-head kernel's rules at N <= 16 and T >= 16, where the plan takes it when asked for one head tile."""
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, head_tiles=1)
+    assert (launch.kernel, launch.cluster_size, launch.cta_chunk, launch.num_splits, launch.positions_per_split) == (
+        decode.NARROW_KERNEL, cluster_size, cta_chunk, num_splits, positions)
+
+
+@pytest.mark.parametrize("num_tokens, num_heads", [(15, 16), (16, 16), (512, 1), (16, 17)])
+def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
+    """SWAP_AB_MIN_TOKENS: the swap-AB kernel serves N <= 16 from T = 16 on, never N > 16 by default; asked
+    for, it serves any (T, N), with its one shape."""
+    launch = decode.plan(num_tokens, num_heads, H200_SMS)
+    expected = num_heads <= 16 and num_tokens >= decode.SWAP_AB_MIN_TOKENS
+    assert (launch.kernel == decode.SWAP_AB_KERNEL) == expected
+    asked = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.SWAP_AB_KERNEL)
+    assert (asked.kernel, asked.head_tiles, asked.cta_chunk, asked.cluster_size) == (decode.SWAP_AB_KERNEL, 1, 64, 1)
+    assert asked.head_groups == -(-num_heads // 16) and asked.num_splits * asked.positions_per_split >= INDEX_TOPK
 
 
 @pytest.mark.parametrize(
@@ -71,7 +101,7 @@ def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk
         (8, 16, 1),  # 32-position stages: 4 splits = 32 clusters = 3 waves of 15; 1 split = 8 clusters, one wave
         (9, 16, 3),  # 16-position stages: 3 splits = 27 clusters, one wave of 45
         (10, 16, 3),  # 30 clusters
-        (24, 16, 1),  # one split of 16-position stages: 24 clusters
+        (24, 16, 1),  # one split of 16-position stages: 24 clusters (the 16/32-head kernel, asked for)
         (11, 16, 1),  # 32-position stages: 11 clusters of one split, one wave of 15 (3 splits: 3 waves)
         (15, 16, 1),
         (4, 16, 3),  # 8 splits = 32 clusters = 3 waves of 15; 3 splits = 12 clusters, one wave
@@ -81,10 +111,11 @@ def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk
     ],
 )
 def test_plan_fits_cluster_waves(num_tokens, num_heads, num_splits):
-    launch = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity)
+    head_tiles = decode.plan(num_tokens, num_heads, H200_SMS, cluster_size=1).head_tiles  # not the swap-AB kernel
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, head_tiles=head_tiles)
     assert launch.num_splits == num_splits
     assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
-    unbounded = decode.plan(num_tokens, num_heads, H200_SMS)
+    unbounded = decode.plan(num_tokens, num_heads, H200_SMS, head_tiles=head_tiles)
     assert launch.num_splits <= unbounded.num_splits
     assert launch.cta_chunk == unbounded.cta_chunk
 
@@ -157,8 +188,10 @@ def test_plan_drops_empty_splits_and_rounds_to_chunks():
     ],
 )
 def test_fp8_plan_aims_at_three_ctas_per_sm_with_16_heads(num_tokens, num_heads, fp8_splits, bf16_splits):
-    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, fp8_ds_mla=True)
-    bf16 = decode.plan(num_tokens, num_heads, H200_SMS)
+    """The 16/32-head kernel's rule (at N = 16 the plan takes it when asked for one head tile)."""
+    shape = dict(head_tiles=1) if num_heads <= 16 else {}
+    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, fp8_ds_mla=True, **shape)
+    bf16 = decode.plan(num_tokens, num_heads, H200_SMS, **shape)
     assert (fp8.num_splits, bf16.num_splits) == (fp8_splits, bf16_splits)
     assert dataclasses.replace(fp8, num_splits=bf16.num_splits, positions_per_split=bf16.positions_per_split) == bf16
 
@@ -205,8 +238,9 @@ def test_fp8_wide_plan_splits_a_short_second_wave(num_tokens, num_heads, fp8_spl
     ],
 )
 def test_fp8_narrow_plan_past_one_cta_per_sm_splits_without_the_cap(num_tokens, num_heads, fp8_splits, bf16_splits):
-    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, fp8_ds_mla=True)
-    bf16 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity)
+    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads))  # at N = 16 the plan takes it when asked
+    fp8 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, fp8_ds_mla=True, **shape)
+    bf16 = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, **shape)
     assert fp8.head_tiles == decode.narrow_head_tiles(num_heads) and fp8.cluster_size == 1
     assert (fp8.num_splits, bf16.num_splits) == (fp8_splits, bf16_splits)
 

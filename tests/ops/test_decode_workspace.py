@@ -108,7 +108,7 @@ BASE = decode.plan(1, 16, H200_SMS)  # the narrow kernel, clusters of 8, 32-posi
 
 
 @pytest.mark.parametrize("field, value", [
-    ("kernel", 2),
+    ("kernel", 3),
     ("num_tokens", -1),
     ("num_heads", 0),
     ("num_heads", 129),
@@ -134,6 +134,15 @@ def test_op_refuses_the_wide_kernel_with_another_shape():
     for shape in (dict(cta_chunk=16), dict(cluster_size=8), dict(head_tiles=2)):
         with pytest.raises(ValueError, match="argument 'plan': the wide kernel .* expected head_tiles=4"):
             decode.workspace_layout(dataclasses.replace(wide, **shape))
+
+
+def test_op_refuses_the_swap_ab_kernel_with_another_shape():
+    swap_ab = decode.plan(16, 16, H200_SMS)
+    assert swap_ab.kernel == decode.SWAP_AB_KERNEL and swap_ab.num_splits > 1
+    assert decode.workspace_layout(swap_ab).total_bytes > 0
+    for shape in (dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)):
+        with pytest.raises(ValueError, match="argument 'plan': the swap-AB kernel .* expected head_tiles=1, cta_chunk=64"):
+            decode.workspace_layout(dataclasses.replace(swap_ab, **shape))
 
 
 @pytest.mark.parametrize("value", [[], BASE.op_value()[:-1], BASE.op_value() + [0]])

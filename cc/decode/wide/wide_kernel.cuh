@@ -12,6 +12,7 @@
 #include "cc/common/mla_layout.h"
 #include "cc/common/ptx.cuh"
 #include "cc/decode/components/bf16_registers.cuh"
+#include "cc/decode/components/operand_atoms.cuh"
 #include "cc/decode/components/cta_work.cuh"
 #include "cc/decode/components/slot_gather.cuh"
 #include "cc/decode/components/slot_translation.cuh"
@@ -36,10 +37,6 @@ static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsum
               "the register file of one SM");
 constexpr int kNopePerGroup = kKvLoraRank / kWarpgroups;  // 256 c_kv columns
 constexpr int kRopePerGroup = kRopeDim / kWarpgroups;     // 32 k_rope columns
-constexpr int kAtomCols = 64;                           // bf16 columns of one 128-byte swizzled row
-constexpr int kAtomAlign = 1024;                        // the swizzle pattern repeats every 8 rows
-constexpr int kSlotAtoms = kSlotElems / kAtomCols;      // 9: c_kv (8) and k_rope (1)
-constexpr int kKvAtoms = kKvLoraRank / kAtomCols;       // 8
 constexpr int kStageAtomBytes = kCtaChunk * 128;        // one atom of the stage's 32 rows
 constexpr int kStageBytes = kSlotAtoms * kStageAtomBytes;  // a bf16 operand stage: 36 KB
 constexpr int kQAtomBytes = kHeads * 128;               // one atom of the 64 query rows
@@ -63,33 +60,6 @@ constexpr int kFullBarrier = 5;       // + operand stage: the stage is filled (p
 constexpr int kEmptyBarrier = 8;      // + operand stage: the stage is consumed (consumers arrive, producers wait)
 constexpr int kConsumerBarrier = 11;  // the consumers' 256 threads
 constexpr int kProducerBarrier = 12;  // the producers' 256 threads
-
-// Byte offset of bf16 column `col` (a multiple of 8) of row `row` in an operand of `rows` rows stored
-// as atoms of 64 columns.
-__host__ __device__ constexpr int atom_offset(int row, int col, int rows) {
-  return (col / kAtomCols) * rows * 128 + (row / 8) * 1024 + (row % 8) * 128 +
-         ((((col % kAtomCols) / 8) ^ (row % 8)) << 4);
-}
-
-// Consumer thread `tid` of the wide kernel's copies of its 64 heads' queries (q_nope and q_rope rows
-// of one token) into the shared-memory atoms `q`, kElems columns a copy (8: 16-byte copies, every row
-// 16-byte aligned; 2: 4-byte copies, any even stride); heads past N are zero-filled.
-template <int kElems>
-__device__ __forceinline__ void copy_queries(const SparseDecodeParams& p, const __nv_bfloat16* q_nope,
-                                             const __nv_bfloat16* q_rope, int head_base, int tid, unsigned char* q) {
-  constexpr int kPiecesPerHead = kSlotElems / kElems;
-  for (int i = tid; i < kHeads * kPiecesPerHead; i += kConsumerThreads) {
-    const int h = i / kPiecesPerHead, col = kElems * (i % kPiecesPerHead);
-    const bool valid = head_base + h < p.num_heads;
-    const int head = valid ? head_base + h : 0;
-    const __nv_bfloat16* src = col < kKvLoraRank ? q_nope + head * p.q_nope_head_stride + col
-                                                 : q_rope + head * p.q_rope_head_stride + col - kKvLoraRank;
-    if constexpr (kElems == 8)
-      cp_async_16(q + atom_offset(h, col, kHeads), src, valid);
-    else
-      cp_async_4(q + atom_offset(h, col & ~7, kHeads) + (col & 7) * 2, src, valid);
-  }
-}
 
 // Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
 struct SharedLayout {
@@ -257,22 +227,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   setmaxnreg_inc<kConsumerRegisters>();
 
   // 1. The 64 heads' queries -> shared memory as atoms (heads past N: zeros).
-  {
-    const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope) + token * p.q_nope_token_stride;
-    const auto* q_rope = static_cast<const __nv_bfloat16*>(p.q_rope) + token * p.q_rope_token_stride;
-    // kElems columns a copy: 16 bytes where every query row starts 16-byte aligned (the usual layouts,
-    // fused [T, N, 576] views included), else 4 (much slower: docs/decode-kernels.md).
-    const bool aligned = ((reinterpret_cast<uintptr_t>(q_nope) | reinterpret_cast<uintptr_t>(q_rope)) & 15) == 0 &&
-                         ((p.q_nope_head_stride | p.q_rope_head_stride) & 7) == 0;
-    if (aligned)
-      copy_queries<8>(p, q_nope, q_rope, head_base, tid, q);
-    else
-      copy_queries<2>(p, q_nope, q_rope, head_base, tid, q);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async();
-    sync_named(kConsumerBarrier, kConsumerThreads);
-  }
+  stage_query_atoms<kHeads, kConsumerThreads>(p, token, head_base, tid, q);
+  fence_proxy_async();
+  sync_named(kConsumerBarrier, kConsumerThreads);
 
   float out_acc[kOutTiles * 4];
 #pragma unroll

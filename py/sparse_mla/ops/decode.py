@@ -72,6 +72,16 @@ WIDE_HEAD_TILES = 4
 
 WIDE_CTA_CHUNK = 32
 
+SWAP_AB_KERNEL = 2
+"""The swap-AB kernel (``DecodeKernel::kSwapAb``, cc/decode/swap_ab/): 16 heads per CTA as wgmma's N, the
+positions its M, 64-position tiles (``SWAP_AB_CTA_CHUNK``), one CTA per split."""
+
+SWAP_AB_CTA_CHUNK = 64
+
+SWAP_AB_MIN_TOKENS = 16
+"""The plan takes the swap-AB kernel for ``N <= 16`` from this ``T`` on (below, the 16/32-head kernel's clusters
+are faster: its merges are shorter than the swap-AB kernel's in-kernel merge of many splits)."""
+
 MAX_SPLITS = 64
 """Most splits of one token's positions (``kMaxSplits``)."""
 
@@ -166,6 +176,7 @@ def plan(
     cta_chunk: Optional[int] = None,
     head_tiles: Optional[int] = None,
     fp8_ds_mla: bool = False,
+    kernel: Optional[int] = None,
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
@@ -189,6 +200,11 @@ def plan(
     (H200, 132 SMs, N = 16, topk 2048): T = 1 → 8 splits of 256 positions (64 CTAs of 32 positions),
     T = 8 → 4 splits of 512.
 
+    Kernel (``kernel``, unless given): the swap-AB kernel (:data:`SWAP_AB_KERNEL`: 16 heads per CTA, 64-position
+    tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule) for ``N <= 16`` from ``T =``
+    :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or ``cta_chunk`` is given; otherwise
+    the one ``head_tiles`` names.
+
     ``cluster_capacity(candidate)``, when given, is the number of clusters (CTAs, for ``cluster_size`` 1) of
     a candidate plan's kernel configuration the device runs at once (:func:`max_active_clusters`).
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
@@ -207,7 +223,9 @@ def plan(
         launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``topk`` above :data:`MAX_TOPK`,
         ``cluster_size`` not in
         :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
-        :data:`HEAD_TILES`, or the wide kernel's ``head_tiles`` with another stage or cluster size.
+        :data:`HEAD_TILES`, the wide kernel's ``head_tiles`` with another stage or cluster size, ``kernel``
+        other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL` or :data:`SWAP_AB_KERNEL`, or the swap-AB kernel
+        with a ``head_tiles``, ``cta_chunk`` or ``cluster_size`` of another kernel.
     """
     check_num_heads("num_heads", num_heads)
     if topk > MAX_TOPK:
@@ -217,6 +235,18 @@ def plan(
     for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
+    if kernel is not None and kernel not in (NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL):
+        raise ValueError(f"sparse_mla: argument 'kernel' expected {NARROW_KERNEL}, {WIDE_KERNEL} or {SWAP_AB_KERNEL}, "
+                         f"got {kernel}")
+    if kernel is None and head_tiles is None and cluster_size is None and cta_chunk is None:
+        kernel = SWAP_AB_KERNEL if _swap_ab_serves(num_tokens, num_heads) else None
+    if kernel == SWAP_AB_KERNEL:
+        if head_tiles not in (None, 1) or cluster_size not in (None, 1) or cta_chunk not in (None, SWAP_AB_CTA_CHUNK):
+            raise ValueError(
+                f"sparse_mla: argument 'kernel' {kernel} (the swap-AB kernel) expected head_tiles 1, cluster_size 1 "
+                f"and cta_chunk {SWAP_AB_CTA_CHUNK}, got {head_tiles}, {cluster_size} and {cta_chunk}")
+        return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm or 1, cluster_capacity, 1,
+                            SWAP_AB_CTA_CHUNK, 1, fp8_ds_mla, SWAP_AB_KERNEL)
     if cluster_size is not None and cluster_size not in CLUSTER_SIZES:
         raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
     if cta_chunk is not None and cta_chunk not in CTA_CHUNKS:
@@ -246,6 +276,19 @@ def plan(
             or (cluster_size == 1 and token_groups < SMALL_CHUNK_MIN_GROUPS)
         )
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
+    return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
+                        head_tiles, fp8_ds_mla, kernel_for(head_tiles))
+
+
+def _plan_splits(
+    num_tokens: int, num_heads: int, num_sms: int, topk: int, ctas_per_sm: int,
+    cluster_capacity: Optional[Callable[[DecodePlan], int]], cluster_size: int, cta_chunk: int, head_tiles: int,
+    fp8_ds_mla: bool, kernel: int,
+) -> DecodePlan:
+    """:func:`plan`'s split count and positions per split for a kernel configuration it has chosen."""
+    wide = kernel == WIDE_KERNEL
+    head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
+    token_groups = max(num_tokens, 1) * head_groups
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
     # Enough splits that none holds more positions than its CTA's shared memory keeps slot ids of.
@@ -261,7 +304,7 @@ def plan(
         positions = -(-chunks // s) * granule
         return DecodePlan(num_tokens=num_tokens, num_heads=num_heads, head_tiles=head_tiles, cta_chunk=cta_chunk,
                           head_groups=head_groups, num_splits=-(-topk // positions), positions_per_split=positions,
-                          kernel=kernel_for(head_tiles), cluster_size=cluster_size)
+                          kernel=kernel, cluster_size=cluster_size)
 
     if cluster_capacity is not None:
 
@@ -270,7 +313,7 @@ def plan(
             return launch.positions_per_split, max(1, cluster_capacity(launch))
 
         uncapped = False  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
-        if fp8_ds_mla and cluster_size == 1:
+        if fp8_ds_mla and cluster_size == 1 and kernel != SWAP_AB_KERNEL:
             if wide:
                 uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES
             else:
@@ -298,6 +341,11 @@ def narrow_head_tiles(num_heads: int) -> int:
     """Head tiles of the first kernel (``cc/decode/narrow/``) for ``num_heads``: 1 (16 heads
     per CTA) up to 16 heads, else 2 (32 heads per CTA; more heads take several head groups)."""
     return 1 if num_heads <= HEAD_TILE_ROWS else 2
+
+
+def _swap_ab_serves(num_tokens: int, num_heads: int) -> bool:
+    """Whether :func:`plan` takes the swap-AB kernel by default: one 16-head group, ``T >= SWAP_AB_MIN_TOKENS``."""
+    return num_heads <= HEAD_TILE_ROWS and num_tokens >= SWAP_AB_MIN_TOKENS
 
 
 def _wide_serves(num_heads: int) -> bool:
@@ -370,7 +418,7 @@ def workspace_for_max_tokens(
 ) -> torch.Tensor:
     """:func:`workspace_for_plans` of every token count ``1..max_tokens`` of :func:`plan` (without and, when
     given, with ``cluster_capacity``) on the bf16 or (``fp8_ds_mla``) the fp8_ds_mla cache, with either
-    cluster size and either kernel.
+    cluster size and every kernel that serves ``num_heads``.
 
     Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
     ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
@@ -382,6 +430,8 @@ def workspace_for_max_tokens(
     shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
     if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take it above
         shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
+    if _swap_ab_serves(max_tokens, num_heads):
+        shapes.append(dict(kernel=SWAP_AB_KERNEL))
     capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
     # More tokens never split again once a step's plans do not: on the bf16 cache from there on; on the
     # fp8_ds_mla cache once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide

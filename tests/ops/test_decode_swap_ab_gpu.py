@@ -1,0 +1,117 @@
+"""GPU: the swap-AB decode kernel (``decode.SWAP_AB_KERNEL``, cc/decode/swap_ab/: 16 heads per CTA as
+wgmma's N, 64-position tiles) against the fp32 reference, on both caches.
+
+Its plans are given here (the planner's routing is tested in test_decode_gpu.py): N in {1, 7, 8, 16}
+and several head groups (N = 33, 128), one split and splits that do not divide top-k (the last CTA to
+arrive merges them in the kernel), invalid entries of every kind, strided queries, a padded cache block
+stride, and CUDA-graph replay with padded tokens. Outputs are poisoned (NaN) before every call.
+
+Accuracy (:func:`sparse_mla_testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
+LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+import sparse_mla_testing as testing
+from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK
+from sparse_mla.ops import decode
+
+pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
+
+CACHE_FORMATS = ("bf16", "fp8_ds_mla")
+
+
+def _device():
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def swap_ab_plan(num_tokens, num_heads, num_splits, topk=INDEX_TOPK):
+    """The swap-AB kernel's plan with about ``num_splits`` splits of whole 64-position tiles."""
+    tile = decode.SWAP_AB_CTA_CHUNK
+    positions = -(-topk // num_splits // tile) * tile
+    head_groups = -(-num_heads // decode.HEAD_TILE_ROWS)
+    return decode.DecodePlan(num_tokens, num_heads, 1, tile, head_groups, -(-topk // positions), positions,
+                             decode.SWAP_AB_KERNEL, 1)
+
+
+def _case(num_tokens, num_heads, seed, cache_format, pattern=None):
+    case = testing.make_attention_case(num_tokens, num_heads, _device(), seed,
+                                       pattern or testing.INVALID_PATTERNS[seed % 3], drop_fraction=0.2)
+    if cache_format == "fp8_ds_mla":
+        case = dataclasses.replace(case, kv_cache=testing.fp8_ds_mla_kv_cache(case.kv_cache))
+    return case
+
+
+def _run(case, launch, workspace=None):
+    workspace = decode.workspace_for_plans([launch], _device()) if workspace is None else workspace
+    out, lse = testing.poisoned_outputs(*case.q_nope.shape[:2], _device())
+    decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
+    torch.cuda.synchronize()
+    return out, lse
+
+
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+@pytest.mark.parametrize("num_splits", [1, 3, 8, 32])
+@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (5, 16), (3, 1), (2, 7), (4, 8), (3, 33), (2, 128)])
+def test_matches_reference(num_tokens, num_heads, num_splits, cache_format):
+    """Every head count through 16-head groups (heads past N are zero queries, never written), one split
+    over all 2048 positions, uneven splits and the most the test cases use (32 of one tile each)."""
+    seed = num_heads * 100 + num_tokens * 10 + num_splits
+    case = _case(num_tokens, num_heads, seed, cache_format)
+    launch = swap_ab_plan(num_tokens, num_heads, num_splits)
+    out, lse = _run(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
+
+
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+@pytest.mark.parametrize("pattern", testing.INVALID_PATTERNS)
+def test_invalid_entries(pattern, cache_format):
+    """-1 at the start, the end or scattered, positions past the causal length, past the block table and
+    block ids outside the cache are masked (rows of short requests hold whole invalid tiles)."""
+    case = _case(6, 16, 7, cache_format, pattern=pattern)
+    launch = swap_ab_plan(6, 16, 2)
+    out, lse = _run(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {pattern}")
+
+
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+def test_strided_queries_and_padded_cache(cache_format):
+    """Queries as views of one fused [T, N, 576] tensor (and non-contiguous head strides), a cache whose
+    block stride is padded."""
+    case = _case(4, 16, 11, cache_format)
+    fused = torch.cat([case.q_nope, case.q_rope], dim=-1)
+    padded = testing.padded_kv_cache(case.kv_cache, block_padding=16)
+    case = dataclasses.replace(case, q_nope=fused[..., :512], q_rope=fused[..., 512:], kv_cache=padded)
+    launch = swap_ab_plan(4, 16, 3)
+    out, lse = _run(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=cache_format)
+
+
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+def test_cuda_graph_replay_with_padding(cache_format):
+    """Captured at T = 8 with 3 splits, replayed on new contents whose last tokens are padding (every entry
+    -1): equal to the reference on the real tokens, zero output and -inf LSE on the padding."""
+    case = _case(8, 16, 21, cache_format)
+    launch = swap_ab_plan(8, 16, 3)
+    workspace = decode.workspace_for_plans([launch], _device())
+    out, lse = testing.poisoned_outputs(8, 16, _device())
+    inputs = case.inputs()
+
+    def call():
+        decode.sparse_mla_decode(*inputs, DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
+
+    graph, _ = testing.capture_cuda_graph(call)
+    fresh = _case(8, 16, 22, cache_format)
+    for mine, new in zip(inputs, fresh.inputs()):
+        mine.copy_(new)
+    inputs[3][5:] = -1  # topk_indices: tokens 5..7 are padding
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = dataclasses.replace(fresh, topk_indices=inputs[3]).reference()
+    testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"{cache_format} replay")
+    assert torch.all(out[5:] == 0) and torch.all(lse[5:] == float("-inf"))
