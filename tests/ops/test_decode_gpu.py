@@ -411,7 +411,9 @@ def test_bad_arguments_raise_naming_the_argument():
     with pytest.raises(ValueError, match="argument 'plan' expected cluster_size"):
         call(inputs, plan=dataclasses.replace(launch, cluster_size=2))
     with pytest.raises(ValueError, match="argument 'plan' expected kernel"):
-        call(inputs, plan=dataclasses.replace(launch, kernel=2))
+        call(inputs, plan=dataclasses.replace(launch, kernel=3))
+    with pytest.raises(ValueError, match="argument 'plan': the swap-AB kernel"):  # 64-position tiles only
+        call(inputs, plan=dataclasses.replace(launch, kernel=decode.SWAP_AB_KERNEL, head_tiles=1, cluster_size=1))
     with pytest.raises(ValueError, match="argument 'plan' expected head_tiles"):  # the narrow kernel's: 1 or 2
         call(inputs, plan=dataclasses.replace(launch, head_tiles=decode.WIDE_HEAD_TILES))
     with pytest.raises(ValueError, match="argument 'plan': the wide kernel"):  # the wide kernel has one stage size

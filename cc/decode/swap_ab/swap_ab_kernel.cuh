@@ -47,7 +47,8 @@ constexpr int kMergeUnroll = 8;                       // split partials the last
 constexpr int kFullBarrier = 1;      // + tile stage: filled (producers arrive, consumers wait)
 constexpr int kEmptyBarrier = 3;     // + tile stage: consumed (consumers arrive, producers wait)
 constexpr int kConsumerBarrier = 5;  // the consumers' 128 threads
-constexpr int kProducerBarrier = 6;  // the producers' 128 threads
+constexpr int kProducerBarrier = 6;  // the producers' threads
+constexpr int kEpilogueBarrier = 7;  // every thread, once: the tiles are free for the staged output
 
 // Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
 struct SharedLayout {
@@ -187,6 +188,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       produce_fp8(p, rows, tiles, num_tiles, warpgroup - 1);
     else
       produce_bf16(p, rows, tiles, num_tiles);
+    sync_named(kEpilogueBarrier, kBlockThreads<kFp8>);  // the consumers stage the output in the tiles now
   } else {
     // 1. The 16 heads' queries -> shared memory as atoms (heads past N: zeros).
     stage_query_atoms<kHeads, kGroupThreads>(p, token, head_base, tid, q);
@@ -316,6 +318,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       inv[k] = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
       if (warp == 0 && group == 0) cta_lse[head] = l != 0.f ? row_max[k] + log2f(l) : kNegInf;
     }
+    sync_named(kEpilogueBarrier, kBlockThreads<kFp8>);  // the producers are done with the tiles
     auto* staged = reinterpret_cast<float*>(tiles);
 #pragma unroll
     for (int j = 0; j < kOutTiles; ++j)
