@@ -28,6 +28,7 @@
 #   memcheck: our kernels' GPU tests (decode kernels, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
 #   racecheck: the decode kernels' GPU tests (the swap-AB kernel's, a subset of the others') under racecheck.
+#   (tools/racecheck_probe/run.sh: racecheck on the swap-AB kernel's barrier protocol alone, every value checked.)
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
 #   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
 #   py/sparse_mla/routing_table.json and copied to $OUT/bench/).

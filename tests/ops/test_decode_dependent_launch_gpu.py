@@ -79,8 +79,7 @@ def test_reads_what_the_kernel_ahead_writes(num_tokens, num_heads, cache_format,
     new = testing.make_attention_case(num_tokens, num_heads, device, seed=7, pattern="scattered", drop_fraction=0.1)
     other = testing.make_attention_case(num_tokens, num_heads, device, seed=8, pattern="scattered", drop_fraction=0.1)
     if cache_format == "fp8_ds_mla":
-        new = dataclasses.replace(new, kv_cache=testing.fp8_ds_mla_kv_cache(new.kv_cache))
-        other = dataclasses.replace(other, kv_cache=testing.fp8_ds_mla_kv_cache(other.kv_cache))
+        new, other = testing.fp8_ds_mla_case(new), testing.fp8_ds_mla_case(other)
     stale = _stale_value(name, new, other)
     target = stale.clone()  # the input the copy overwrites with the new values
     inputs = dataclasses.replace(new, **{name: target})

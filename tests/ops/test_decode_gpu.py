@@ -17,10 +17,10 @@ import math
 import pytest
 import torch
 
-from sparse_mla import kv_cache_format
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
+from sparse_mla_testing.decode_calls import run_decode
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -52,18 +52,6 @@ def _counters(workspace, launch):
     """The arrival counters' bytes of ``launch`` in ``workspace`` (empty for one split)."""
     layout = decode.workspace_layout(launch)
     return workspace[layout.counters_offset:layout.counters_offset + layout.counters_bytes]
-
-
-def run_decode(case, launch=None, workspace=None, out=None, lse=None):
-    """One decode call on ``case`` with poisoned outputs; returns ``(out, lse)``."""
-    num_tokens, num_heads = case.q_nope.shape[:2]
-    launch = launch or decode.plan(num_tokens, num_heads, _num_sms(), fp8_ds_mla=case.kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype)
-    workspace = decode.workspace_for_plans([launch], _device()) if workspace is None else workspace
-    if out is None:
-        out, lse = testing.poisoned_outputs(num_tokens, num_heads, _device())
-    decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
-    torch.cuda.synchronize()
-    return out, lse
 
 
 @pytest.mark.parametrize("num_tokens", [1, 2, 4, 8, 12, 16, 24, 33])
@@ -102,7 +90,7 @@ def test_wide_kernel_matches_reference(num_heads, num_splits, cache_format):
     seed = num_heads * 10 + num_splits
     case = testing.make_attention_case(3, num_heads, _device(), seed, PATTERNS[seed % 3], drop_fraction=0.3)
     if cache_format == "fp8_ds_mla":
-        case = _fp8_case(case)
+        case = testing.fp8_ds_mla_case(case)
     launch = plan_with(3, num_heads, num_splits, decode.WIDE_CTA_CHUNK, 1, head_tiles=decode.WIDE_HEAD_TILES)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
@@ -115,7 +103,7 @@ def test_wide_kernel_largest_split(cache_format):
     top-k are masked."""
     case = testing.make_attention_case(2, 64, _device(), 71, "scattered", drop_fraction=0.1)
     if cache_format == "fp8_ds_mla":
-        case = _fp8_case(case)
+        case = testing.fp8_ds_mla_case(case)
     launch = decode.DecodePlan(2, 64, decode.WIDE_HEAD_TILES, decode.WIDE_CTA_CHUNK, 1, 1, decode.WIDE_MAX_TOPK,
                                decode.WIDE_KERNEL, 1)
     out, lse = run_decode(case, launch)
@@ -141,7 +129,7 @@ def test_more_token_groups_than_a_grid_holds(num_heads, cache_format, num_splits
         torch.full((num_tokens,), 2 * KV_BLOCK_SIZE, dtype=torch.int32, device=device),
         torch.tensor([[2, 0]], dtype=torch.int32, device=device))
     if cache_format == "fp8_ds_mla":
-        case = _fp8_case(case)
+        case = testing.fp8_ds_mla_case(case)
     shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 16 else {}  # not the swap-AB kernel
     launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=16, **shape)
     if num_splits > 1:
@@ -246,11 +234,6 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
     assert torch.count_nonzero(_counters(workspace, launch)) == 0, "arrival counters must be zero after every launch"
 
 
-def _fp8_case(case):
-    """``case`` on the fp8_ds_mla cache of its bf16 cache (the reference dequantizes it)."""
-    return dataclasses.replace(case, kv_cache=testing.fp8_ds_mla_kv_cache(case.kv_cache))
-
-
 @pytest.mark.parametrize("num_tokens, num_heads",
                          [(1, 16), (4, 16), (2, 32), (1, 128), (10, 16), (12, 16), (16, 16), (24, 16), (16, 48), (33, 7), (40, 128),
                           (96, 16)])
@@ -260,8 +243,8 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     = 16 (32-position stages up to 8 and from 11 on, 16 at 9 and 10) and at 23..30 (16-position stages),
     else one CTA per split (32-position stages below 32, 16 from 32 on; 3 CTAs per SM from 48 on), and
     the wide kernel."""
-    case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
-                                                 pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
+    case = testing.fp8_ds_mla_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
+                                                               pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     out, lse = run_decode(case)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads}")
 
@@ -273,8 +256,8 @@ def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_
     unsplit grid a wave and a short tail (160 CTAs: 1.2 waves of 132 SMs, 1.4 of 114;
     decode.FP8_WIDE_TAIL_MAX_WAVES), and the first kernel's between 1 and 4 CTAs per SM (16 and 32 heads
     per CTA; decode.FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)."""
-    case = _fp8_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens,
-                                                 pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
+    case = testing.fp8_ds_mla_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens,
+                                                               pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     capacity = decode.cluster_capacity(torch.cuda.current_device())
     shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 16 else {}  # not the swap-AB kernel
     launch = decode.plan(num_tokens, num_heads, _num_sms(), cluster_capacity=capacity, fp8_ds_mla=True, **shape)
@@ -342,7 +325,7 @@ def test_scores_climbing_along_the_row(profile, single_split, num_heads, cache_f
         offsets / (DEEPSEEK_V32_SOFTMAX_SCALE * math.log2(math.e))).to(torch.bfloat16)
     case.q_rope.zero_()[..., 0] = 1
     if cache_format == "fp8_ds_mla":
-        case = _fp8_case(case)
+        case = testing.fp8_ds_mla_case(case)
     launch = None
     if single_split:
         wide = num_heads > 32
@@ -354,7 +337,7 @@ def test_scores_climbing_along_the_row(profile, single_split, num_heads, cache_f
 def test_fp8_ds_mla_cuda_graph_replays_new_contents():
     """Captured once, replayed on a re-quantized cache and new indices with fewer real tokens."""
     device = _device()
-    static = _fp8_case(testing.make_attention_case(4, 16, device, seed=11))
+    static = testing.fp8_ds_mla_case(testing.make_attention_case(4, 16, device, seed=11))
     launch = decode.plan(4, 16, _num_sms())
     workspace = decode.workspace_for_plans([launch], device)
     out, lse = testing.poisoned_outputs(4, 16, device)
@@ -363,7 +346,7 @@ def test_fp8_ds_mla_cuda_graph_replays_new_contents():
         decode.sparse_mla_decode(*static.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
 
     graph, _ = testing.capture_cuda_graph(call)
-    fresh = _fp8_case(testing.make_attention_case(4, 16, device, seed=12, pattern="start", drop_fraction=0.3))
+    fresh = testing.fp8_ds_mla_case(testing.make_attention_case(4, 16, device, seed=12, pattern="start", drop_fraction=0.3))
     fresh.req_id[3:] = 0
     fresh.token_kv_len[3:] = 0
     for dst, src in zip(static.inputs(), fresh.inputs()):

@@ -18,6 +18,7 @@ import torch
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK
 from sparse_mla.ops import decode
+from sparse_mla_testing.decode_calls import run_decode
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -40,17 +41,7 @@ def swap_ab_plan(num_tokens, num_heads, num_splits, topk=INDEX_TOPK):
 def _case(num_tokens, num_heads, seed, cache_format, pattern=None):
     case = testing.make_attention_case(num_tokens, num_heads, _device(), seed,
                                        pattern or testing.INVALID_PATTERNS[seed % 3], drop_fraction=0.2)
-    if cache_format == "fp8_ds_mla":
-        case = dataclasses.replace(case, kv_cache=testing.fp8_ds_mla_kv_cache(case.kv_cache))
-    return case
-
-
-def _run(case, launch, workspace=None):
-    workspace = decode.workspace_for_plans([launch], _device()) if workspace is None else workspace
-    out, lse = testing.poisoned_outputs(*case.q_nope.shape[:2], _device())
-    decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
-    torch.cuda.synchronize()
-    return out, lse
+    return testing.fp8_ds_mla_case(case) if cache_format == "fp8_ds_mla" else case
 
 
 @pytest.mark.parametrize("cache_format", CACHE_FORMATS)
@@ -62,7 +53,7 @@ def test_matches_reference(num_tokens, num_heads, num_splits, cache_format):
     seed = num_heads * 100 + num_tokens * 10 + num_splits
     case = _case(num_tokens, num_heads, seed, cache_format)
     launch = swap_ab_plan(num_tokens, num_heads, num_splits)
-    out, lse = _run(case, launch)
+    out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
 
@@ -73,7 +64,7 @@ def test_invalid_entries(pattern, cache_format):
     block ids outside the cache are masked (rows of short requests hold whole invalid tiles)."""
     case = _case(6, 16, 7, cache_format, pattern=pattern)
     launch = swap_ab_plan(6, 16, 2)
-    out, lse = _run(case, launch)
+    out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {pattern}")
 
 
@@ -86,7 +77,7 @@ def test_strided_queries_and_padded_cache(cache_format):
     padded = testing.padded_kv_cache(case.kv_cache, block_padding=16)
     case = dataclasses.replace(case, q_nope=fused[..., :512], q_rope=fused[..., 512:], kv_cache=padded)
     launch = swap_ab_plan(4, 16, 3)
-    out, lse = _run(case, launch)
+    out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=cache_format)
 
 

@@ -374,6 +374,12 @@ def make_attention_case(
     return AttentionCase(q_nope, q_rope, kv_cache, batch.topk_indices, batch.req_id, batch.token_kv_len, batch.block_table)
 
 
+def fp8_ds_mla_case(case: AttentionCase) -> AttentionCase:
+    """``case`` on the fp8_ds_mla cache of its bf16 cache (:func:`fp8_ds_mla_kv_cache`: `[num_blocks, 64, 656]`
+    uint8); its :meth:`~AttentionCase.reference` then attends the dequantized values."""
+    return dataclasses.replace(case, kv_cache=fp8_ds_mla_kv_cache(case.kv_cache))
+
+
 Result = TypeVar("Result")
 
 

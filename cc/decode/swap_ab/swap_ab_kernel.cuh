@@ -71,6 +71,29 @@ __device__ __forceinline__ int head_of(int r, int quad) { return 2 * quad + (r &
 // The thread's 4 heads k = 0..3 (head_of(register_of(k, 0), quad)) hold registers register_of(k, half).
 __device__ __forceinline__ constexpr int register_of(int k, int half) { return 4 * (k >> 1) + (k & 1) + 2 * half; }
 
+// Each of this lane's 4 heads' values combined with `op` over the lanes and warps holding the head's
+// positions (through `exchange`, behind a consumer barrier), in warp order.
+template <typename Op>
+__device__ __forceinline__ void combine_over_positions(float (&value)[4], float* exchange, int warp, int group,
+                                                       int quad, Op op) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2) value[k] = op(value[k], __shfl_xor_sync(0xffffffffu, value[k], offset));
+  if (group == 0)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) exchange[warp * kHeads + head_of(register_of(k, 0), quad)] = value[k];
+  sync_named(kConsumerBarrier, kGroupThreads);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int head = head_of(register_of(k, 0), quad);
+    float x = exchange[head];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) x = op(x, exchange[w * kHeads + head]);
+    value[k] = x;
+  }
+}
+
 // The producers on the bf16 cache: tile c's 64 slots straight into stage c % 2 (bf16 slots as 9 atoms:
 // 16-byte piece j -> chunk j % 8 of atom j / 8), one tile in flight while the consumers read the other.
 // Copied 16 slots at a time, 8 threads a slot: a warp's copies read 128 contiguous bytes of each of 4 slots.
@@ -240,23 +263,14 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
           x = valid[h] ? x * p.scale_log2 : kNegInf;
         }
         tile_max[k] = fmaxf(score[register_of(k, 0)], score[register_of(k, 1)]);
-#pragma unroll
-        for (int offset = 4; offset < 32; offset *= 2)
-          tile_max[k] = fmaxf(tile_max[k], __shfl_xor_sync(0xffffffffu, tile_max[k], offset));
       }
-      if (group == 0)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) exchange[warp * kHeads + head_of(register_of(k, 0), quad)] = tile_max[k];
-      sync_named(kConsumerBarrier, kGroupThreads);
+      combine_over_positions(tile_max, exchange, warp, group, quad, [](float a, float b) { return fmaxf(a, b); });
       float alpha[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int head = head_of(register_of(k, 0), quad);
-        float m = exchange[head];
-#pragma unroll
-        for (int w = 1; w < 4; ++w) m = fmaxf(m, exchange[w * kHeads + head]);
         // Lazy on fp8_ds_mla only, as in the other kernels (docs/decode-kernels.md).
-        const float new_max = kFp8 ? lazy_running_max(row_max[k], m) : fmaxf(row_max[k], m);
+        const float new_max = kFp8 ? lazy_running_max(row_max[k], tile_max[k]) : fmaxf(row_max[k], tile_max[k]);
         const float base = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
         alpha[k] = exp2f(row_max[k] - base);                     // 0 while nothing was valid
         row_max[k] = new_max;
@@ -302,19 +316,12 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
 
     // 5. Each head's sum over the lanes and warps holding its positions; the normalized output to
     //    shared memory (the tiles are free: every tile was consumed), [16 heads][kOutStride] fp32.
+    combine_over_positions(row_sum, exchange, warp, group, quad, [](float a, float b) { return a + b; });
     float inv[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], offset);
-    if (group == 0)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) exchange[warp * kHeads + head_of(register_of(k, 0), quad)] = row_sum[k];
-    sync_named(kConsumerBarrier, kGroupThreads);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int head = head_of(register_of(k, 0), quad);
-      const float l = exchange[head] + exchange[kHeads + head] + exchange[2 * kHeads + head] + exchange[3 * kHeads + head];
+      const float l = row_sum[k];
       inv[k] = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
       if (warp == 0 && group == 0) cta_lse[head] = l != 0.f ? row_max[k] + log2f(l) : kNegInf;
     }

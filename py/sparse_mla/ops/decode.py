@@ -245,21 +245,22 @@ def plan(
             raise ValueError(
                 f"sparse_mla: argument 'kernel' {kernel} (the swap-AB kernel) expected head_tiles 1, cluster_size 1 "
                 f"and cta_chunk {SWAP_AB_CTA_CHUNK}, got {head_tiles}, {cluster_size} and {cta_chunk}")
-        return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm or 1, cluster_capacity, 1,
-                            SWAP_AB_CTA_CHUNK, 1, fp8_ds_mla, SWAP_AB_KERNEL)
-    if cluster_size is not None and cluster_size not in CLUSTER_SIZES:
-        raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
-    if cta_chunk is not None and cta_chunk not in CTA_CHUNKS:
-        raise ValueError(f"sparse_mla: argument 'cta_chunk' expected one of {CTA_CHUNKS}, got {cta_chunk}")
-    if head_tiles is not None and head_tiles not in HEAD_TILES:
-        raise ValueError(f"sparse_mla: argument 'head_tiles' expected one of {HEAD_TILES}, got {head_tiles}")
-    if head_tiles is None:
-        head_tiles = _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk)
-    wide = head_tiles == WIDE_HEAD_TILES
-    if wide and (cluster_size not in (None, 1) or cta_chunk not in (None, WIDE_CTA_CHUNK)):
-        raise ValueError(
-            f"sparse_mla: argument 'head_tiles' {head_tiles} (the wide kernel) expected cluster_size 1 and "
-            f"cta_chunk {WIDE_CTA_CHUNK}, got {cluster_size} and {cta_chunk}")
+        head_tiles, cluster_size, cta_chunk, ctas_per_sm = 1, 1, SWAP_AB_CTA_CHUNK, ctas_per_sm or 1
+    else:
+        if cluster_size is not None and cluster_size not in CLUSTER_SIZES:
+            raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
+        if cta_chunk is not None and cta_chunk not in CTA_CHUNKS:
+            raise ValueError(f"sparse_mla: argument 'cta_chunk' expected one of {CTA_CHUNKS}, got {cta_chunk}")
+        if head_tiles is not None and head_tiles not in HEAD_TILES:
+            raise ValueError(f"sparse_mla: argument 'head_tiles' expected one of {HEAD_TILES}, got {head_tiles}")
+        if head_tiles is None:
+            head_tiles = _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk)
+        if head_tiles == WIDE_HEAD_TILES and (cluster_size not in (None, 1) or cta_chunk not in (None, WIDE_CTA_CHUNK)):
+            raise ValueError(
+                f"sparse_mla: argument 'head_tiles' {head_tiles} (the wide kernel) expected cluster_size 1 and "
+                f"cta_chunk {WIDE_CTA_CHUNK}, got {cluster_size} and {cta_chunk}")
+        kernel = kernel_for(head_tiles)
+    wide = kernel == WIDE_KERNEL
     head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
     token_groups = max(num_tokens, 1) * head_groups
     if ctas_per_sm is None:
@@ -277,18 +278,17 @@ def plan(
         )
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
     return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
-                        head_tiles, fp8_ds_mla, kernel_for(head_tiles))
+                        head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
 
 
 def _plan_splits(
     num_tokens: int, num_heads: int, num_sms: int, topk: int, ctas_per_sm: int,
     cluster_capacity: Optional[Callable[[DecodePlan], int]], cluster_size: int, cta_chunk: int, head_tiles: int,
-    fp8_ds_mla: bool, kernel: int,
+    head_groups: int, token_groups: int, fp8_ds_mla: bool, kernel: int,
 ) -> DecodePlan:
-    """:func:`plan`'s split count and positions per split for a kernel configuration it has chosen."""
+    """:func:`plan`'s split count and positions per split for a kernel configuration it has chosen
+    (``head_groups = ceil(N / (16 * head_tiles))``, ``token_groups = max(T, 1) * head_groups``: plan's)."""
     wide = kernel == WIDE_KERNEL
-    head_groups = -(-num_heads // (HEAD_TILE_ROWS * head_tiles))
-    token_groups = max(num_tokens, 1) * head_groups
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
     # Enough splits that none holds more positions than its CTA's shared memory keeps slot ids of.

@@ -1,0 +1,52 @@
+"""The CUDA decode op (:func:`sparse_mla.ops.decode.sparse_mla_decode`) called once on an
+:class:`~sparse_mla_testing.AttentionCase`, for the GPU tests of its kernels (tests/ops/)."""
+
+from typing import Optional, Tuple
+
+import torch
+
+import sparse_mla_testing as testing
+from sparse_mla import device_info, kv_cache_format
+from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE
+from sparse_mla.ops import decode
+
+
+def run_decode(
+    case: testing.AttentionCase,
+    launch: Optional[decode.DecodePlan] = None,
+    workspace: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One decode call on ``case`` (DeepSeek-V3.2's softmax scale), then a device synchronize.
+
+    Parameters
+    ----------
+    case : AttentionCase
+        On a CUDA device, its cache bf16 `[num_blocks, 64, 576]` or fp8_ds_mla uint8 `[num_blocks, 64, 656]`.
+    launch : DecodePlan, optional
+        By default :func:`sparse_mla.ops.decode.plan` of the case's ``(T, N)`` on its device's SMs, with
+        ``fp8_ds_mla`` where the case's cache is uint8.
+    workspace : torch.Tensor, optional
+        uint8 `[bytes]`; by default a zeroed one for ``launch`` (:func:`sparse_mla.ops.decode.workspace_for_plans`).
+    out, lse : torch.Tensor, optional
+        `[T, N, 512]` bf16 and `[T, N]` fp32 (``lse`` None: not written); with ``out`` None, both new and
+        NaN-poisoned (:func:`sparse_mla_testing.poisoned_outputs`).
+
+    Returns
+    -------
+    Tuple[torch.Tensor, Optional[torch.Tensor]]
+        ``(out, lse)`` as written.
+    """
+    num_tokens, num_heads = case.q_nope.shape[:2]
+    device = case.q_nope.device
+    if launch is None:
+        fp8_ds_mla = case.kv_cache.dtype == kv_cache_format.FP8_DS_MLA.dtype
+        launch = decode.plan(num_tokens, num_heads, device_info.num_sms(device), fp8_ds_mla=fp8_ds_mla)
+    if workspace is None:
+        workspace = decode.workspace_for_plans([launch], device)
+    if out is None:
+        out, lse = testing.poisoned_outputs(num_tokens, num_heads, device)
+    decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
+    torch.cuda.synchronize()
+    return out, lse
