@@ -239,10 +239,10 @@ def test_cuda_graph_replays_with_padding_and_new_contents(padded_tokens, num_hea
                           (96, 16)])
 def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     """The fp8_ds_mla cache (uint8 [num_blocks, 64, 656]) against the reference on its dequantized values,
-    with invalid entries; the planner's first-kernel configurations: clusters of 8 below T * head groups
-    = 16 (32-position stages up to 8 and from 11 on, 16 at 9 and 10) and at 23..30 (16-position stages),
-    else one CTA per split (32-position stages below 32, 16 from 32 on; 3 CTAs per SM from 48 on), and
-    the wide kernel."""
+    with invalid entries, on the planner's default plans: the first kernel's clusters of 8 below T * head
+    groups = 16 (32-position stages up to 8 and from 11 on, 16 at 9 and 10) and at 23..30 (16-position
+    stages), else one CTA per split (32-position stages below 32, 16 from 32 on; 3 CTAs per SM from 48 on),
+    the swap-AB kernel (N = 16 from T = 16 on: 16, 24, 96) and the wide kernel."""
     case = testing.fp8_ds_mla_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens + num_heads,
                                                                pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     out, lse = run_decode(case)
