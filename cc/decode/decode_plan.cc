@@ -16,22 +16,23 @@ int64_t align_up(int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
+// A kernel of one shape (wide, swap-AB): the plan's head_tiles, cta_chunk and cluster_size are its own.
+void check_fixed_shape(const DecodePlan& p, const char* name, int head_tiles, int cta_chunk, int cluster_size) {
+  SPARSE_MLA_CHECK_ARG(p.head_tiles == head_tiles && p.cta_chunk == cta_chunk && p.cluster_size == cluster_size,
+                       "sparse_mla: argument 'plan': the ", name, " kernel (kernel=", static_cast<int>(p.kernel),
+                       ") expected head_tiles=", head_tiles, ", cta_chunk=", cta_chunk, " and cluster_size=",
+                       cluster_size, ", got head_tiles=", p.head_tiles, ", cta_chunk=", p.cta_chunk,
+                       " and cluster_size=", p.cluster_size);
+}
+
 // The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
 // the narrow kernel; the wide and swap-AB ones have one of each (64 heads, 32 positions, 1 CTA; 16
 // heads, 64 positions, 1 CTA).
 void check_launch_shape(const DecodePlan& p) {
   if (p.kernel == DecodeKernel::kSwapAb) {
-    SPARSE_MLA_CHECK_ARG(
-        p.head_tiles == swap_ab::kHeadTiles && p.cta_chunk == swap_ab::kCtaChunk && p.cluster_size == swap_ab::kCluster,
-        "sparse_mla: argument 'plan': the swap-AB kernel (kernel=2) expected head_tiles=", swap_ab::kHeadTiles,
-        ", cta_chunk=", swap_ab::kCtaChunk, " and cluster_size=", swap_ab::kCluster, ", got head_tiles=",
-        p.head_tiles, ", cta_chunk=", p.cta_chunk, " and cluster_size=", p.cluster_size);
+    check_fixed_shape(p, "swap-AB", swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster);
   } else if (p.kernel == DecodeKernel::kWide) {
-    SPARSE_MLA_CHECK_ARG(
-        p.head_tiles == wide::kHeadTiles && p.cta_chunk == wide::kCtaChunk && p.cluster_size == wide::kCluster,
-        "sparse_mla: argument 'plan': the wide kernel (kernel=1) expected head_tiles=", wide::kHeadTiles,
-        ", cta_chunk=", wide::kCtaChunk, " and cluster_size=", wide::kCluster, ", got head_tiles=", p.head_tiles,
-        ", cta_chunk=", p.cta_chunk, " and cluster_size=", p.cluster_size);
+    check_fixed_shape(p, "wide", wide::kHeadTiles, wide::kCtaChunk, wide::kCluster);
   } else {
     SPARSE_MLA_CHECK_ARG(p.head_tiles == 1 || p.head_tiles == 2,
                          "sparse_mla: argument 'plan' expected head_tiles 1 or 2 on the narrow kernel (kernel=0), got ",
