@@ -94,6 +94,18 @@ def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
     assert asked.head_groups == -(-num_heads // 16) and asked.num_splits * asked.positions_per_split >= INDEX_TOPK
 
 
+@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (16, 16), (4, 32), (1, 128), (300, 64)])
+@pytest.mark.parametrize("kernel", ["NARROW_KERNEL", "WIDE_KERNEL"])
+def test_kernel_asked_for_is_the_kernel_planned(num_tokens, num_heads, kernel):
+    """A kernel asked for without head tiles gets its own: the 16/32-head kernel 1 or 2 (several head groups
+    above 32 heads), the wide kernel 4, whatever the default for (T, N) would be."""
+    kernel = getattr(decode, kernel)
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, kernel=kernel)
+    head_tiles = decode.WIDE_HEAD_TILES if kernel == decode.WIDE_KERNEL else (1 if num_heads <= 16 else 2)
+    assert (launch.kernel, launch.head_tiles) == (kernel, head_tiles)
+    assert launch.head_groups == -(-num_heads // (16 * head_tiles))
+
+
 @pytest.mark.parametrize(
     "num_tokens, num_heads, num_splits",
     [
@@ -280,6 +292,8 @@ def test_plan_value_is_the_fields_in_order():
     (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=3), "head_tiles"),
     (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=4, cluster_size=8), "head_tiles"),
     (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=4, cta_chunk=16), "head_tiles"),
+    (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=4, kernel=decode.NARROW_KERNEL), "head_tiles"),
+    (dict(num_tokens=1, num_heads=16, num_sms=132, head_tiles=1, kernel=decode.WIDE_KERNEL), "head_tiles"),
 ])
 def test_plan_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -203,7 +203,8 @@ def plan(
     Kernel (``kernel``, unless given): the swap-AB kernel (:data:`SWAP_AB_KERNEL`: 16 heads per CTA, 64-position
     tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule) for ``N <= 16`` from ``T =``
     :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or ``cta_chunk`` is given; otherwise
-    the one ``head_tiles`` names.
+    the one ``head_tiles`` names. A ``kernel`` given without ``head_tiles`` takes its own: the first kernel's
+    for ``num_heads`` (:func:`narrow_head_tiles`), the wide kernel's :data:`WIDE_HEAD_TILES`.
 
     ``cluster_capacity(candidate)``, when given, is the number of clusters (CTAs, for ``cluster_size`` 1) of
     a candidate plan's kernel configuration the device runs at once (:func:`max_active_clusters`).
@@ -224,8 +225,8 @@ def plan(
         ``cluster_size`` not in
         :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
         :data:`HEAD_TILES`, the wide kernel's ``head_tiles`` with another stage or cluster size, ``kernel``
-        other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL` or :data:`SWAP_AB_KERNEL`, or the swap-AB kernel
-        with a ``head_tiles``, ``cta_chunk`` or ``cluster_size`` of another kernel.
+        other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL` or :data:`SWAP_AB_KERNEL`, a ``kernel`` with the
+        ``head_tiles`` of another, or the swap-AB kernel with a ``cta_chunk`` or ``cluster_size`` of another kernel.
     """
     check_num_heads("num_heads", num_heads)
     if topk > MAX_TOPK:
@@ -254,7 +255,12 @@ def plan(
         if head_tiles is not None and head_tiles not in HEAD_TILES:
             raise ValueError(f"sparse_mla: argument 'head_tiles' expected one of {HEAD_TILES}, got {head_tiles}")
         if head_tiles is None:
-            head_tiles = _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk)
+            head_tiles = {NARROW_KERNEL: narrow_head_tiles(num_heads), WIDE_KERNEL: WIDE_HEAD_TILES}.get(
+                kernel, _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk))
+        if kernel is not None and kernel != kernel_for(head_tiles):
+            raise ValueError(
+                f"sparse_mla: argument 'head_tiles' expected {WIDE_HEAD_TILES if kernel == WIDE_KERNEL else '1 or 2'} "
+                f"for kernel {kernel}, got {head_tiles}")
         if head_tiles == WIDE_HEAD_TILES and (cluster_size not in (None, 1) or cta_chunk not in (None, WIDE_CTA_CHUNK)):
             raise ValueError(
                 f"sparse_mla: argument 'head_tiles' {head_tiles} (the wide kernel) expected cluster_size 1 and "
