@@ -254,9 +254,12 @@ def plan(
             raise ValueError(f"sparse_mla: argument 'cta_chunk' expected one of {CTA_CHUNKS}, got {cta_chunk}")
         if head_tiles is not None and head_tiles not in HEAD_TILES:
             raise ValueError(f"sparse_mla: argument 'head_tiles' expected one of {HEAD_TILES}, got {head_tiles}")
-        if head_tiles is None:
-            head_tiles = {NARROW_KERNEL: narrow_head_tiles(num_heads), WIDE_KERNEL: WIDE_HEAD_TILES}.get(
-                kernel, _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk))
+        if head_tiles is None and kernel == NARROW_KERNEL:
+            head_tiles = narrow_head_tiles(num_heads)
+        elif head_tiles is None and kernel == WIDE_KERNEL:
+            head_tiles = WIDE_HEAD_TILES
+        elif head_tiles is None:
+            head_tiles = _default_head_tiles(num_tokens, num_heads, topk, cluster_size, cta_chunk)
         if kernel is not None and kernel != kernel_for(head_tiles):
             raise ValueError(
                 f"sparse_mla: argument 'head_tiles' expected {WIDE_HEAD_TILES if kernel == WIDE_KERNEL else '1 or 2'} "
