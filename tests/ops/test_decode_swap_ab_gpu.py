@@ -4,7 +4,8 @@ wgmma's N, 64-position tiles) against the fp32 reference, on both caches.
 Its plans are given here (the planner's routing is tested in test_decode_gpu.py): N in {1, 7, 8, 16}
 and several head groups (N = 33, 128), one split and splits that do not divide top-k (the last CTA to
 arrive merges them in the kernel), invalid entries of every kind, strided queries, a padded cache block
-stride, and CUDA-graph replay with padded tokens. Outputs are poisoned (NaN) before every call.
+stride, CUDA-graph replay with padded tokens, and fp8_ds_mla caches and queries far from unit
+magnitude. Outputs are poisoned (NaN) before every call.
 
 Accuracy (:func:`sparse_mla_testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
 LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position.
@@ -106,3 +107,20 @@ def test_cuda_graph_replay_with_padding(cache_format):
     ref_out, ref_lse = dataclasses.replace(fresh, topk_indices=inputs[3]).reference()
     testing.assert_attention_close(out, lse, ref_out, ref_lse, what=f"{cache_format} replay")
     assert torch.all(out[5:] == 0) and torch.all(lse[5:] == float("-inf"))
+
+
+@pytest.mark.parametrize("cache_magnitude, query_magnitude", [(1e-7, 1.0), (3e4, 1.0), (1.0, 1e5)])
+def test_fp8_ds_mla_magnitudes(cache_magnitude, query_magnitude):
+    """fp8_ds_mla caches and queries far from unit magnitude: scales below f16's smallest normal (cache x 1e-7),
+    values past f16's largest (cache x 3e4), q_nope x 1e5, and slots whose magnitudes span 2^20 (a power of two
+    per slot) match the reference (range that any f16 or power-of-two shortcut in a kernel must keep)."""
+    case = _case(4, 16, 31, "bf16")
+    gen = torch.Generator(device=case.kv_cache.device).manual_seed(5)
+    slot_exponent = torch.randint(-10, 11, (case.num_blocks, 64, 1), device=case.kv_cache.device, generator=gen)
+    kv_cache = (case.kv_cache.float() * cache_magnitude * torch.exp2(slot_exponent.float())).to(torch.bfloat16)
+    q_nope = (case.q_nope.float() * query_magnitude).to(torch.bfloat16)
+    case = testing.fp8_ds_mla_case(dataclasses.replace(case, kv_cache=kv_cache, q_nope=q_nope))
+    launch = swap_ab_plan(4, 16, 3)
+    out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(),
+                                   what=f"cache x {cache_magnitude}, q_nope x {query_magnitude}")
