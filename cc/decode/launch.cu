@@ -30,68 +30,60 @@ cudaError_t dispatch_shape(int head_tiles, int cta_chunk, int cluster_size, Acti
   return cudaErrorInvalidValue;
 }
 
+// A kernel built in one shape (the 64-head and the swap-AB kernels): its module's entry points, called as
+// the 16/32-head kernel's instantiations are.
+template <int kHeadTiles, int kCtaChunk, int kCluster, int (*kSharedBytes)(bool, int),
+          cudaError_t (*kLaunch)(const SparseDecodeParams&, cudaStream_t), cudaError_t (*kMaxActive)(bool, int, int*)>
+struct OneShapeKernel {
+  bool fp8;
+  static bool built(int head_tiles, int cta_chunk, int cluster_size) {
+    return head_tiles == kHeadTiles && cta_chunk == kCtaChunk && cluster_size == kCluster;
+  }
+  int total_shared_bytes(int positions_per_split) const { return kSharedBytes(fp8, positions_per_split); }
+  cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) const { return kLaunch(params, stream); }
+  cudaError_t max_active_clusters(int positions_per_split, int* clusters) const {
+    return kMaxActive(fp8, positions_per_split, clusters);
+  }
+};
+using WideKernel = OneShapeKernel<wide::kHeadTiles, wide::kCtaChunk, wide::kCluster, wide::shared_memory_bytes,
+                                  wide::launch, wide::max_active_ctas>;
+using SwapAbKernel = OneShapeKernel<swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster,
+                                    swap_ab::shared_memory_bytes, swap_ab::launch, swap_ab::max_active_ctas>;
+
+// Calls `action` with the kernel of (kernel, head_tiles, cta_chunk, cluster_size) on the cache format `fp8`;
+// cudaErrorInvalidValue for a shape that is not built.
 template <typename Action>
-cudaError_t dispatch(int head_tiles, int cta_chunk, bool fp8, int cluster_size, Action action) {
+cudaError_t dispatch(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size, Action action) {
+  if (kernel == DecodeKernel::kWide)
+    return WideKernel::built(head_tiles, cta_chunk, cluster_size) ? action(WideKernel{fp8}) : cudaErrorInvalidValue;
+  if (kernel == DecodeKernel::kSwapAb)
+    return SwapAbKernel::built(head_tiles, cta_chunk, cluster_size) ? action(SwapAbKernel{fp8}) : cudaErrorInvalidValue;
   return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, cluster_size, action)
              : dispatch_shape<false>(head_tiles, cta_chunk, cluster_size, action);
 }
 
 }  // namespace
 
-// The wide kernel's one shape: wide::kHeadTiles, one stage size, one CTA per split.
-static bool wide_shape(int head_tiles, int cta_chunk, int cluster_size) {
-  return head_tiles == wide::kHeadTiles && cta_chunk == wide::kCtaChunk && cluster_size == wide::kCluster;
-}
-
-// The swap-AB kernel's one shape: swap_ab::kHeadTiles, 64-position tiles, one CTA per split.
-static bool swap_ab_shape(int head_tiles, int cta_chunk, int cluster_size) {
-  return head_tiles == swap_ab::kHeadTiles && cta_chunk == swap_ab::kCtaChunk && cluster_size == swap_ab::kCluster;
-}
-
 int shared_memory_bytes(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size,
                         int positions_per_split) {
   int bytes = 0;  // an unbuilt shape: 0 (the op checks shapes first)
-  if (kernel == DecodeKernel::kWide) {
-    return wide_shape(head_tiles, cta_chunk, cluster_size) ? wide::shared_memory_bytes(fp8, positions_per_split)
-                                                           : bytes;
-  }
-  if (kernel == DecodeKernel::kSwapAb) {
-    return swap_ab_shape(head_tiles, cta_chunk, cluster_size) ? swap_ab::shared_memory_bytes(fp8, positions_per_split)
-                                                              : bytes;
-  }
-  dispatch(head_tiles, cta_chunk, fp8, cluster_size, [&](auto kernel) {
-    bytes = kernel.total_shared_bytes(positions_per_split);
+  dispatch(kernel, head_tiles, cta_chunk, fp8, cluster_size, [&](const auto& instance) {
+    bytes = instance.total_shared_bytes(positions_per_split);
     return cudaSuccess;
   });
   return bytes;
 }
 
 cudaError_t launch_sparse_decode(const SparseDecodeParams& params, cudaStream_t stream) {
-  if (params.kernel == DecodeKernel::kWide) {
-    return wide_shape(params.head_tiles, params.cta_chunk, params.cluster_size) ? wide::launch(params, stream)
-                                                                                : cudaErrorInvalidValue;
-  }
-  if (params.kernel == DecodeKernel::kSwapAb) {
-    return swap_ab_shape(params.head_tiles, params.cta_chunk, params.cluster_size) ? swap_ab::launch(params, stream)
-                                                                                   : cudaErrorInvalidValue;
-  }
-  return dispatch(params.head_tiles, params.cta_chunk, params.kv_fp8 != 0, params.cluster_size,
-                  [&](auto kernel) { return kernel.launch(params, stream); });
+  return dispatch(params.kernel, params.head_tiles, params.cta_chunk, params.kv_fp8 != 0, params.cluster_size,
+                  [&](const auto& instance) { return instance.launch(params, stream); });
 }
 
 cudaError_t max_active_clusters(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size,
                                 int positions_per_split, int* clusters) {
-  if (kernel == DecodeKernel::kWide) {
-    return wide_shape(head_tiles, cta_chunk, cluster_size) ? wide::max_active_ctas(fp8, positions_per_split, clusters)
-                                                           : cudaErrorInvalidValue;
-  }
-  if (kernel == DecodeKernel::kSwapAb) {
-    return swap_ab_shape(head_tiles, cta_chunk, cluster_size)
-               ? swap_ab::max_active_ctas(fp8, positions_per_split, clusters)
-               : cudaErrorInvalidValue;
-  }
-  return dispatch(head_tiles, cta_chunk, fp8, cluster_size,
-                  [&](auto kernel) { return kernel.max_active_clusters(positions_per_split, clusters); });
+  return dispatch(kernel, head_tiles, cta_chunk, fp8, cluster_size, [&](const auto& instance) {
+    return instance.max_active_clusters(positions_per_split, clusters);
+  });
 }
 
 }  // namespace decode
