@@ -45,9 +45,9 @@ struct OneShapeKernel {
     return kMaxActive(fp8, positions_per_split, clusters);
   }
 };
-using WideKernel = OneShapeKernel<wide::kHeadTiles, wide::kCtaChunk, wide::kCluster, wide::shared_memory_bytes,
+using WideModule = OneShapeKernel<wide::kHeadTiles, wide::kCtaChunk, wide::kCluster, wide::shared_memory_bytes,
                                   wide::launch, wide::max_active_ctas>;
-using SwapAbKernel = OneShapeKernel<swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster,
+using SwapAbModule = OneShapeKernel<swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster,
                                     swap_ab::shared_memory_bytes, swap_ab::launch, swap_ab::max_active_ctas>;
 
 // Calls `action` with the kernel of (kernel, head_tiles, cta_chunk, cluster_size) on the cache format `fp8`;
@@ -55,9 +55,9 @@ using SwapAbKernel = OneShapeKernel<swap_ab::kHeadTiles, swap_ab::kCtaChunk, swa
 template <typename Action>
 cudaError_t dispatch(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp8, int cluster_size, Action action) {
   if (kernel == DecodeKernel::kWide)
-    return WideKernel::built(head_tiles, cta_chunk, cluster_size) ? action(WideKernel{fp8}) : cudaErrorInvalidValue;
+    return WideModule::built(head_tiles, cta_chunk, cluster_size) ? action(WideModule{fp8}) : cudaErrorInvalidValue;
   if (kernel == DecodeKernel::kSwapAb)
-    return SwapAbKernel::built(head_tiles, cta_chunk, cluster_size) ? action(SwapAbKernel{fp8}) : cudaErrorInvalidValue;
+    return SwapAbModule::built(head_tiles, cta_chunk, cluster_size) ? action(SwapAbModule{fp8}) : cudaErrorInvalidValue;
   return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, cluster_size, action)
              : dispatch_shape<false>(head_tiles, cta_chunk, cluster_size, action);
 }

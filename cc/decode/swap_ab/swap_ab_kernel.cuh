@@ -48,7 +48,6 @@ constexpr int kFullBarrier = 1;      // + tile stage: filled (producers arrive, 
 constexpr int kEmptyBarrier = 3;     // + tile stage: consumed (consumers arrive, producers wait)
 constexpr int kConsumerBarrier = 5;  // the consumers' 128 threads
 constexpr int kProducerBarrier = 6;  // the producers' threads
-constexpr int kEpilogueBarrier = 7;  // every thread, once: the tiles are free for the staged output
 
 // Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
 struct SharedLayout {
@@ -211,7 +210,6 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       produce_fp8(p, rows, tiles, num_tiles, warpgroup - 1);
     else
       produce_bf16(p, rows, tiles, num_tiles);
-    sync_named(kEpilogueBarrier, kBlockThreads<kFp8>);  // the consumers stage the output in the tiles now
   } else {
     // 1. The 16 heads' queries -> shared memory as atoms (heads past N: zeros).
     stage_query_atoms<kHeads, kGroupThreads>(p, token, head_base, tid, q);
@@ -315,7 +313,8 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
     }
 
     // 5. Each head's sum over the lanes and warps holding its positions; the normalized output to
-    //    shared memory (the tiles are free: every tile was consumed), [16 heads][kOutStride] fp32.
+    //    shared memory, [16 heads][kOutStride] fp32. The tiles are free: every tile was consumed, and the
+    //    producers wrote their last one before this consumer waited for it.
     combine_over_positions(row_sum, exchange, warp, group, quad, [](float a, float b) { return a + b; });
     float inv[4];
 #pragma unroll
@@ -325,7 +324,6 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       inv[k] = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
       if (warp == 0 && group == 0) cta_lse[head] = l != 0.f ? row_max[k] + log2f(l) : kNegInf;
     }
-    sync_named(kEpilogueBarrier, kBlockThreads<kFp8>);  // the producers are done with the tiles
     auto* staged = reinterpret_cast<float*>(tiles);
 #pragma unroll
     for (int j = 0; j < kOutTiles; ++j)
