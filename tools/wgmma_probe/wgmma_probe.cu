@@ -1,0 +1,156 @@
+// Throughput of the swap-AB decode kernel's wgmma pattern (m64n16k16: 64 positions as M, 16 heads as N) on one
+// CTA per SM, 1-3 warpgroups issuing it at once, operands resident in shared memory (timing only: the values
+// are constants). Prints one CSV row per (pattern, warpgroups): SM cycles per wgmma, per warpgroup and per SM.
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "cc/common/ptx.cuh"
+
+namespace {
+
+using namespace sparse_mla;
+
+constexpr int kAtomBytes = 64 * 128;       // 64 rows of one 128-byte swizzled atom (64 bf16 columns)
+constexpr int kTileBytes = 9 * kAtomBytes;  // a 64-position tile of 576 columns
+constexpr int kQAtomBytes = 16 * 128;       // 16 rows (heads) of one atom
+constexpr int kSmemBytes = 200 * 1024;      // one CTA per SM
+constexpr int kBlocks = 132, kIterations = 2000, kMaxGroups = 3;
+
+// The patterns of one tile: S^T = K . Q^T (36 chained k-steps), out^T = V^T . P^T (8 m-tiles x 4 k-steps, V^T
+// MN-major), both, S^T with K in registers (RS), S^T as two interleaved chains of 18, and both with a named
+// barrier and a shared-memory exchange between them (the softmax's synchronization without its arithmetic).
+enum Pattern { kScores, kProduct, kTile, kScoresRs, kScoresTwoChains, kTileExchange, kPatterns };
+const char* const kNames[kPatterns] = {"scores_ss", "product_ss", "tile_ss", "scores_rs", "scores_two_chains",
+                                       "tile_ss_exchange"};
+constexpr int kWgmmas[kPatterns] = {36, 32, 68, 36, 36, 68};
+
+// d[64 x 16] += A . B, A (64 x 16) in registers (the accumulator-like fragment of each warp's 16 rows), B K-major.
+__device__ __forceinline__ void wgmma_m64n16k16_rs(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+__device__ __forceinline__ int key_offset(int ks) { return (ks / 4) * kAtomBytes + (ks % 4) * 32; }
+__device__ __forceinline__ int query_offset(int ks) { return (ks / 4) * kQAtomBytes + (ks % 4) * 32; }
+
+template <int kPattern>
+__global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, float* sink, int iterations) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  unsigned char* tile = smem;
+  unsigned char* q = smem + kTileBytes;
+  unsigned char* prob = q + 9 * kQAtomBytes;
+  auto* exchange = reinterpret_cast<float*>(prob + kQAtomBytes);  // [warpgroup][128]
+  for (int i = threadIdx.x; i < (kTileBytes + 10 * kQAtomBytes) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u;  // bf16 pairs of small values
+  fence_proxy_async();
+  __syncthreads();
+  const int group = threadIdx.x / 128, lane = threadIdx.x % 128;
+  const SmemDescriptor query(q, 16, 1024), key(tile, 16, 1024), value(tile, kAtomBytes, 1024), p(prob, 16, 1024);
+  float score[8] = {}, score2[8] = {}, out[8][8] = {};
+  uint32_t a[4][4];  // RS operands, 4 sets in turn (one set reused back to back serializes the wgmmas)
+  for (int i = 0; i < 16; ++i) a[i / 4][i % 4] = reinterpret_cast<const uint32_t*>(tile)[(lane * 16 + i) % 4096];
+
+  const long long start = clock64();
+  for (int it = 0; it < iterations; ++it) {
+    if (kPattern == kScores || kPattern == kTile || kPattern == kTileExchange || kPattern == kScoresRs) {
+      keep_in_registers(score);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 36; ++ks) {
+        if (kPattern == kScoresRs)
+          wgmma_m64n16k16_rs(score, a[ks % 4], query.at(query_offset(ks)));
+        else
+          wgmma_m64n16k16_ss<0>(score, key.at(key_offset(ks)), query.at(query_offset(ks)));
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      keep_in_registers(score);
+    }
+    if (kPattern == kScoresTwoChains) {
+      keep_in_registers(score);
+      keep_in_registers(score2);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 36; ks += 2) {
+        wgmma_m64n16k16_ss<0>(score, key.at(key_offset(ks)), query.at(query_offset(ks)));
+        wgmma_m64n16k16_ss<0>(score2, key.at(key_offset(ks + 1)), query.at(query_offset(ks + 1)));
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      keep_in_registers(score);
+      keep_in_registers(score2);
+    }
+    if (kPattern == kTileExchange) {
+      exchange[group * 128 + lane] = score[0];
+      sync_named(1 + group, 128);
+      score[1] += exchange[group * 128 + (lane + 4) % 128];
+      sync_named(1 + group, 128);
+    }
+    if (kPattern == kProduct || kPattern == kTile || kPattern == kTileExchange) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) keep_in_registers(out[j]);
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16_ss<1>(out[j], value.at(j * kAtomBytes + kk * 2048), p.at(kk * 32));
+      wgmma_commit();
+      wgmma_wait_all();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) keep_in_registers(out[j]);
+    }
+  }
+  const long long end = clock64();
+  if (lane == 0) cycles[blockIdx.x * kMaxGroups + group] = (end - start) / iterations;
+  float s = score[0] + score2[0];
+  for (int j = 0; j < 8; ++j) s += out[j][0];
+  if (s == 12345.f) sink[threadIdx.x] = s;  // keeps the accumulators live
+}
+
+template <int kPattern>
+void run(int groups, long long* cycles, float* sink) {
+  cudaFuncSetAttribute(probe<kPattern>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  probe<kPattern><<<kBlocks, 128 * groups, kSmemBytes>>>(cycles, sink, 10);  // warm-up
+  cudaEventRecord(start);
+  probe<kPattern><<<kBlocks, 128 * groups, kSmemBytes>>>(cycles, sink, kIterations);
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, start, stop);
+  long long host[kBlocks * kMaxGroups];
+  cudaMemcpy(host, cycles, sizeof(host), cudaMemcpyDeviceToHost);
+  double mean = 0.;
+  for (int b = 0; b < kBlocks; ++b) mean += host[b * kMaxGroups];
+  mean /= kBlocks;
+  const double per_wgmma = mean / kWgmmas[kPattern];
+  printf("%s,%d,%d,%.0f,%.1f,%.1f,%.1f,%s\n", kNames[kPattern], groups, kWgmmas[kPattern], mean, per_wgmma,
+         per_wgmma / groups, ms * 1e6 / kIterations, cudaGetErrorString(cudaGetLastError()));
+}
+
+template <int... kPattern>
+void run_all(int groups, long long* cycles, float* sink, std::integer_sequence<int, kPattern...>) {
+  (run<kPattern>(groups, cycles, sink), ...);
+}
+
+}  // namespace
+
+int main() {
+  long long* cycles = nullptr;
+  float* sink = nullptr;
+  cudaMalloc(&cycles, kBlocks * kMaxGroups * sizeof(long long));
+  cudaMalloc(&sink, kMaxGroups * 128 * sizeof(float));
+  printf("pattern,warpgroups,wgmmas_per_tile,cycles_per_tile_per_warpgroup,cycles_per_wgmma_per_warpgroup,"
+         "sm_cycles_per_wgmma,ns_per_iteration,cuda_error\n");
+  for (int groups = 1; groups <= kMaxGroups; ++groups)
+    run_all(groups, cycles, sink, std::make_integer_sequence<int, kPatterns>{});
+  return 0;
+}
