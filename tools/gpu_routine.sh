@@ -7,7 +7,7 @@
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time]
-#        [decode] [memcheck] [racecheck] [ncu] [-- extra bench flags]
+#        [decode] [memcheck] [racecheck] [ncu] [wgmma_probe] [-- extra bench flags]
 #   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
 #   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
@@ -27,6 +27,8 @@
 #   ncu: Nsight Compute on the decode kernel at N = 16 and 128, T = 512 on fp8_ds_mla (after decode_build or build).
 #   memcheck: our kernels' GPU tests (decode kernels, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
+#   wgmma_probe: tools/wgmma_probe/run.sh (the swap-AB consumer's wgmma cycles by operand pattern and warpgroups)
+#   into $out/wgmma_probe.csv; needs nvcc only.
 #   racecheck: the decode kernels' GPU tests (the swap-AB kernel's, a subset of the others') under racecheck.
 #   (tools/racecheck_probe/run.sh: racecheck on the swap-AB kernel's barrier protocol alone, every value checked.)
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
@@ -255,6 +257,13 @@ for step in "${steps[@]}"; do
         -k "swap_ab or test_any_split_count or (test_wide_kernel_matches_reference and (fp8_ds_mla-3- or bf16-8-))" \
         > "$out/racecheck.log" 2>&1
       echo "racecheck: rc=$? $(grep -E 'RACECHECK SUMMARY' "$out/racecheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/racecheck.log")" | tee -a "$out/summary.txt"
+      ;;
+    wgmma_probe)
+      bash tools/wgmma_probe/run.sh "$out/wgmma_probe.csv" > "$out/wgmma_probe.log" 2>&1
+      rc=$?
+      echo "wgmma_probe: rc=$rc" | tee -a "$out/summary.txt"
+      cat "$out/wgmma_probe.csv" 2>/dev/null
+      [ "$rc" -eq 0 ] || status=$rc
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

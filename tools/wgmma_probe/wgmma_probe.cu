@@ -113,8 +113,9 @@ __global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, 
   if (s == 12345.f) sink[threadIdx.x] = s;  // keeps the accumulators live
 }
 
+// Times one pattern; returns its CUDA error.
 template <int kPattern>
-void run(int groups, long long* cycles, float* sink) {
+cudaError_t run(int groups, long long* cycles, float* sink) {
   cudaFuncSetAttribute(probe<kPattern>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
@@ -132,13 +133,16 @@ void run(int groups, long long* cycles, float* sink) {
   for (int b = 0; b < kBlocks; ++b) mean += host[b * kMaxGroups];
   mean /= kBlocks;
   const double per_wgmma = mean / kWgmmas[kPattern];
+  const cudaError_t error = cudaGetLastError();
   printf("%s,%d,%d,%.0f,%.1f,%.1f,%.1f,%s\n", kNames[kPattern], groups, kWgmmas[kPattern], mean, per_wgmma,
-         per_wgmma / groups, ms * 1e6 / kIterations, cudaGetErrorString(cudaGetLastError()));
+         per_wgmma / groups, ms * 1e6 / kIterations, cudaGetErrorString(error));
+  return error;
 }
 
+// Times every pattern; returns the number that failed.
 template <int... kPattern>
-void run_all(int groups, long long* cycles, float* sink, std::integer_sequence<int, kPattern...>) {
-  (run<kPattern>(groups, cycles, sink), ...);
+int run_all(int groups, long long* cycles, float* sink, std::integer_sequence<int, kPattern...>) {
+  return ((run<kPattern>(groups, cycles, sink) != cudaSuccess) + ...);
 }
 
 }  // namespace
@@ -146,11 +150,15 @@ void run_all(int groups, long long* cycles, float* sink, std::integer_sequence<i
 int main() {
   long long* cycles = nullptr;
   float* sink = nullptr;
-  cudaMalloc(&cycles, kBlocks * kMaxGroups * sizeof(long long));
-  cudaMalloc(&sink, kMaxGroups * 128 * sizeof(float));
+  if (cudaMalloc(&cycles, kBlocks * kMaxGroups * sizeof(long long)) != cudaSuccess ||
+      cudaMalloc(&sink, kMaxGroups * 128 * sizeof(float)) != cudaSuccess) {
+    fprintf(stderr, "wgmma_probe: no CUDA device memory: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
   printf("pattern,warpgroups,wgmmas_per_tile,cycles_per_tile_per_warpgroup,cycles_per_wgmma_per_warpgroup,"
          "sm_cycles_per_wgmma,ns_per_iteration,cuda_error\n");
+  int failed = 0;
   for (int groups = 1; groups <= kMaxGroups; ++groups)
-    run_all(groups, cycles, sink, std::make_integer_sequence<int, kPatterns>{});
-  return 0;
+    failed += run_all(groups, cycles, sink, std::make_integer_sequence<int, kPatterns>{});
+  return failed == 0 ? 0 : 1;
 }
