@@ -7,15 +7,22 @@
 #include <utility>
 
 #include "cc/common/ptx.cuh"
+#include "cc/decode/swap_ab/swap_ab_kernel.cuh"
 
 namespace {
 
 using namespace sparse_mla;
+using decode::kAtomCols;
+using decode::kSlotAtoms;
+using decode::swap_ab::kOutTiles;
+using decode::swap_ab::kQAtomBytes;
+using decode::swap_ab::kTileAtomBytes;
+using decode::swap_ab::kTileBytes;
 
-constexpr int kAtomBytes = 64 * 128;       // 64 rows of one 128-byte swizzled atom (64 bf16 columns)
-constexpr int kTileBytes = 9 * kAtomBytes;  // a 64-position tile of 576 columns
-constexpr int kQAtomBytes = 16 * 128;       // 16 rows (heads) of one atom
-constexpr int kSmemBytes = 200 * 1024;      // one CTA per SM
+// The kernel's shapes (cc/decode/swap_ab/swap_ab_kernel.cuh): S^T's k-steps (36) and out^T's wgmmas (32) a tile.
+constexpr int kScoreSteps = kSlotElems / 16;
+constexpr int kProductSteps = kOutTiles * (decode::swap_ab::kTile / 16);
+constexpr int kSmemBytes = 200 * 1024;  // one CTA per SM
 constexpr int kBlocks = 132, kIterations = 2000, kMaxGroups = 3;
 
 // The patterns of one tile: S^T = K . Q^T (36 chained k-steps), out^T = V^T . P^T (8 m-tiles x 4 k-steps, V^T
@@ -24,7 +31,8 @@ constexpr int kBlocks = 132, kIterations = 2000, kMaxGroups = 3;
 enum Pattern { kScores, kProduct, kTile, kScoresRs, kScoresTwoChains, kTileExchange, kPatterns };
 const char* const kNames[kPatterns] = {"scores_ss", "product_ss", "tile_ss", "scores_rs", "scores_two_chains",
                                        "tile_ss_exchange"};
-constexpr int kWgmmas[kPatterns] = {36, 32, 68, 36, 36, 68};
+constexpr int kWgmmas[kPatterns] = {kScoreSteps, kProductSteps, kScoreSteps + kProductSteps, kScoreSteps,
+                                    kScoreSteps, kScoreSteps + kProductSteps};
 
 // d[64 x 16] += A . B, A (64 x 16) in registers (the accumulator-like fragment of each warp's 16 rows), B K-major.
 __device__ __forceinline__ void wgmma_m64n16k16_rs(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
@@ -36,23 +44,29 @@ __device__ __forceinline__ void wgmma_m64n16k16_rs(float (&d)[8], const uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-__device__ __forceinline__ int key_offset(int ks) { return (ks / 4) * kAtomBytes + (ks % 4) * 32; }
-__device__ __forceinline__ int query_offset(int ks) { return (ks / 4) * kQAtomBytes + (ks % 4) * 32; }
+// K-major operands: k-step ks of S^T is 32 bytes into the rows of atom ks / 4, as in the kernel's S^T loop.
+constexpr int kStepsPerAtom = kAtomCols / 16;
+__device__ __forceinline__ int key_offset(int ks) {
+  return (ks / kStepsPerAtom) * kTileAtomBytes + (ks % kStepsPerAtom) * 32;
+}
+__device__ __forceinline__ int query_offset(int ks) {
+  return (ks / kStepsPerAtom) * kQAtomBytes + (ks % kStepsPerAtom) * 32;
+}
 
 template <int kPattern>
 __global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, float* sink, int iterations) {
   extern __shared__ __align__(1024) unsigned char smem[];
   unsigned char* tile = smem;
   unsigned char* q = smem + kTileBytes;
-  unsigned char* prob = q + 9 * kQAtomBytes;
+  unsigned char* prob = q + kSlotAtoms * kQAtomBytes;
   auto* exchange = reinterpret_cast<float*>(prob + kQAtomBytes);  // [warpgroup][128]
-  for (int i = threadIdx.x; i < (kTileBytes + 10 * kQAtomBytes) / 4; i += blockDim.x)
+  for (int i = threadIdx.x; i < (kTileBytes + (kSlotAtoms + 1) * kQAtomBytes) / 4; i += blockDim.x)
     reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u;  // bf16 pairs of small values
   fence_proxy_async();
   __syncthreads();
   const int group = threadIdx.x / 128, lane = threadIdx.x % 128;
-  const SmemDescriptor query(q, 16, 1024), key(tile, 16, 1024), value(tile, kAtomBytes, 1024), p(prob, 16, 1024);
-  float score[8] = {}, score2[8] = {}, out[8][8] = {};
+  const SmemDescriptor query(q, 16, 1024), key(tile, 16, 1024), value(tile, kTileAtomBytes, 1024), p(prob, 16, 1024);
+  float score[8] = {}, score2[8] = {}, out[kOutTiles][8] = {};
   uint32_t a[4][4];  // RS operands, 4 sets in turn (one set reused back to back serializes the wgmmas)
   for (int i = 0; i < 16; ++i) a[i / 4][i % 4] = reinterpret_cast<const uint32_t*>(tile)[(lane * 16 + i) % 4096];
 
@@ -62,7 +76,7 @@ __global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, 
       keep_in_registers(score);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < 36; ++ks) {
+      for (int ks = 0; ks < kScoreSteps; ++ks) {
         if (kPattern == kScoresRs)
           wgmma_m64n16k16_rs(score, a[ks % 4], query.at(query_offset(ks)));
         else
@@ -77,7 +91,7 @@ __global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, 
       keep_in_registers(score2);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < 36; ks += 2) {
+      for (int ks = 0; ks < kScoreSteps; ks += 2) {
         wgmma_m64n16k16_ss<0>(score, key.at(key_offset(ks)), query.at(query_offset(ks)));
         wgmma_m64n16k16_ss<0>(score2, key.at(key_offset(ks + 1)), query.at(query_offset(ks + 1)));
       }
@@ -94,22 +108,23 @@ __global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, 
     }
     if (kPattern == kProduct || kPattern == kTile || kPattern == kTileExchange) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) keep_in_registers(out[j]);
+      for (int j = 0; j < kOutTiles; ++j) keep_in_registers(out[j]);
       wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < kOutTiles; ++j)
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16_ss<1>(out[j], value.at(j * kAtomBytes + kk * 2048), p.at(kk * 32));
+        for (int kk = 0; kk < decode::swap_ab::kTile / 16; ++kk)
+          wgmma_m64n16k16_ss<1>(out[j], value.at(j * kTileAtomBytes + kk * 2048), p.at(kk * 32));
       wgmma_commit();
       wgmma_wait_all();
 #pragma unroll
-      for (int j = 0; j < 8; ++j) keep_in_registers(out[j]);
+      for (int j = 0; j < kOutTiles; ++j) keep_in_registers(out[j]);
     }
   }
   const long long end = clock64();
   if (lane == 0) cycles[blockIdx.x * kMaxGroups + group] = (end - start) / iterations;
   float s = score[0] + score2[0];
-  for (int j = 0; j < 8; ++j) s += out[j][0];
+  for (int j = 0; j < kOutTiles; ++j) s += out[j][0];
   if (s == 12345.f) sink[threadIdx.x] = s;  // keeps the accumulators live
 }
 
