@@ -121,17 +121,23 @@ __device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const 
   }
 }
 
+// The row (0..3) of 4 consecutive slots whose pieces lane l % 8 of quarter warp l / 8 holds: pieces 0..3 of
+// one row and 4..7 of its neighbour, so that a quarter warp's 16-byte stores fall on two rows of opposite
+// parity and meet 8 distinct bank groups of the swizzled atoms (a row's pieces p and p + 4 would meet the
+// same one: 4 extra wavefronts a store, docs/decode-kernels.md).
+__device__ __forceinline__ int fp8_lane_row(int lane) { return 2 * (lane / 16) + ((lane / 8 % 2) ^ (lane % 8 / 4)); }
+
 // Producer warpgroup `producer` (0, 1) on the fp8_ds_mla cache: tiles producer, producer + 2, ..., always into
 // stage `producer`. Its warp w holds slots [16 w, 16 w + 16) of its next tile in registers while it waits for
 // the stage, lane l the 16-byte pieces l % 8 + 8 j (j = 0..3: c_kv columns of scale group j), k_rope piece
-// l % 8 and the 4 scales of slots 16 w + l / 8 + 4 i (i = 0..3): 24 loads, each warp's reading 128
+// l % 8 and the 4 scales of slot 16 w + 4 i + fp8_lane_row(l) (i = 0..3): 24 loads, each warp's reading 128
 // contiguous bytes of each of 4 slots. It dequantizes them into the stage (c_kv as bf16 atoms, k_rope
 // copied), issuing each slot's loads of its next tile as soon as the slot is stored.
 __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const int* rows, unsigned char* tiles,
                                             int num_tiles, int producer) {
   constexpr int kSlots = 4, kGroups = kKvLoraRank / kFp8ScaleGroup;  // slots of a lane; scale groups
   const int t = threadIdx.x % kGroupThreads, lane = t % 32, piece = lane % 8;
-  const int first_row = 16 * (t / 32) + lane / 8;  // slot i of this lane: first_row + 4 i
+  const int first_row = 16 * (t / 32) + fp8_lane_row(lane);  // slot i of this lane: first_row + 4 i
   uint4 values[kSlots][kGroups], rope[kSlots];
   float4 scales[kSlots];
   auto load = [&](int c, int i) {  // slot i of this lane in tile c
