@@ -18,7 +18,7 @@
 #   installed with pip into a folder beside this machine's torch; then the GPU suite against the
 #   installed package (from outside the checkout), and a byte comparison of its libraries with bazel-bin's
 #   (those the test step's //tests/... ran against). WHEEL=path: that wheel, built elsewhere, instead.
-#   ab: the routed forward of an earlier tree and its libraries (.device/old/{py,tools}, .device/libs_before)
+#   ab: the routed forward of an earlier tree and its libraries (.device/old/{py,tests,tools}, .device/libs_before)
 #   against this tree's, alternating $AB_ROUNDS times (2), both cache formats, at $AB_HEADS x $AB_TOKENS;
 #   new / old per cell (tools/ab_compare.py).
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
@@ -176,14 +176,14 @@ for step in "${steps[@]}"; do
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     ab)
-      # Routed forward of an earlier tree (.device/old/{py,tools}) with its libraries (.device/libs_before)
+      # Routed forward of an earlier tree (.device/old/{py,tests,tools}) with its libraries (.device/libs_before)
       # against this tree's (after build), alternating twice; tools/ab_compare.py prints new / old per cell.
       mkdir -p "$out/ab"
       cells=(--paths=routed --heads="${AB_HEADS:-16,64,128}" --tokens="${AB_TOKENS:-1,8,128,512}" --replays=20 --nocheck)
       rounds=${AB_ROUNDS:-2}
       for round in $(seq "$rounds"); do
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_before/libsparse_mla_decode.so \
-          SPARSE_MLA_FA3_LIBRARY=$PWD/.device/libs_before/libsparse_mla_fa3.so PYTHONPATH=.device/old/py \
+          SPARSE_MLA_FA3_LIBRARY=$PWD/.device/libs_before/libsparse_mla_fa3.so PYTHONPATH=.device/old/py:.device/old/tests \
           python3 .device/old/tools/bench.py "${cells[@]}" --git_revision=old --out_dir="$out/ab/old.$round" \
           > "$out/ab/old.$round.log" 2>&1 || status=1
         SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so} \

@@ -24,7 +24,8 @@ def main(csv_path: str, png_path: str) -> None:
     with open(csv_path) as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     heads = sorted({int(r["N"]) for r in rows})
-    fig, axes = plt.subplots(1, len(heads), figsize=(4.5 * len(heads), 4), sharey=True)
+    fig, axes = plt.subplots(1, len(heads), figsize=(4.5 * len(heads), 4), sharey=True, squeeze=False)
+    axes = axes[0]  # one row of panels, also for one head count
     for ax, n in zip(axes, heads):
         points = sorted((int(r["T"]), r) for r in rows if int(r["N"]) == n)
         tokens = [t for t, _ in points]

@@ -94,6 +94,30 @@ def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
     assert asked.head_groups == -(-num_heads // 16) and asked.num_splits * asked.positions_per_split >= INDEX_TOPK
 
 
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, splits",
+    [
+        (16, 16, 8),  # within one wave: the capped plan, floor(132 / T) splits
+        (66, 16, 2),
+        (132, 16, 1),
+        (133, 16, 2),  # 1 to SWAP_AB_UNCAPPED_MAX_WAVES waves: the wave model without the cap
+        (160, 8, 2),
+        (198, 1, 2),  # 396 CTAs: 3 waves of 1024 positions against 2 of 2048
+        (199, 16, 1),  # the model's split cost (SWAP_AB_SPLIT_COST_IN_POSITIONS) keeps it whole
+        (264, 16, 1),
+        (265, 16, 1),  # past 2 waves: the capped plan again
+        (400, 16, 1),
+    ],
+)
+def test_swap_ab_plan_splits_a_short_second_wave(num_tokens, num_heads, splits):
+    """The swap-AB kernel on either cache: an unsplit grid of 1 to 2 waves splits (T = 133..198 on the H200)."""
+    for fp8_ds_mla in (False, True):
+        launch = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity, fp8_ds_mla=fp8_ds_mla)
+        assert (launch.kernel, launch.num_splits) == (decode.SWAP_AB_KERNEL, splits), launch
+        assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
+    assert decode.plan(num_tokens, num_heads, H200_SMS).num_splits == (splits if num_tokens <= 132 else 1)
+
+
 @pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (16, 16), (4, 32), (1, 128), (300, 64)])
 @pytest.mark.parametrize("kernel", ["NARROW_KERNEL", "WIDE_KERNEL"])
 def test_kernel_asked_for_is_the_kernel_planned(num_tokens, num_heads, kernel):

@@ -1,7 +1,8 @@
 """GPU: the swap-AB decode kernel (``decode.SWAP_AB_KERNEL``, cc/decode/swap_ab/: 16 heads per CTA as
 wgmma's N, 64-position tiles) against the fp32 reference, on both caches.
 
-Its plans are given here (the planner's routing is tested in test_decode_gpu.py): N in {1, 7, 8, 16}
+Its plans are given here (the planner's routing is tested in test_decode_gpu.py), but for the split of a
+short second wave, planned on this device's capacity: N in {1, 7, 8, 16}
 and several head groups (N = 33, 128), one split and splits that do not divide top-k (the last CTA to
 arrive merges them in the kernel), invalid entries of every kind, strided queries, a padded cache block
 stride, CUDA-graph replay with padded tokens, and fp8_ds_mla caches and queries far from unit
@@ -55,6 +56,25 @@ def test_matches_reference(num_tokens, num_heads, num_splits, cache_format):
     case = _case(num_tokens, num_heads, seed, cache_format)
     launch = swap_ab_plan(num_tokens, num_heads, num_splits)
     out, lse = run_decode(case, launch)
+    testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
+
+
+@pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+@pytest.mark.parametrize("num_heads", [8, 16])
+def test_planned_split_of_a_short_second_wave(num_heads, cache_format):
+    """The plan on this device's capacity, as the decode route makes it, where the unsplit grid is a wave and a
+    short tail (T = SMs + 8; decode.SWAP_AB_UNCAPPED_MAX_WAVES), in a workspace sized by
+    decode.workspace_for_max_tokens."""
+    num_sms = torch.cuda.get_device_properties(_device()).multi_processor_count
+    num_tokens = num_sms + 8
+    capacity = decode.cluster_capacity(_device().index)
+    launch = decode.plan(num_tokens, num_heads, num_sms, cluster_capacity=capacity,
+                         fp8_ds_mla=cache_format == "fp8_ds_mla")
+    assert launch.kernel == decode.SWAP_AB_KERNEL and launch.num_splits > 1, launch
+    workspace = decode.workspace_for_max_tokens(num_tokens, num_heads, num_sms, _device(), cluster_capacity=capacity,
+                                                fp8_ds_mla=cache_format == "fp8_ds_mla")
+    case = _case(num_tokens, num_heads, num_heads, cache_format)
+    out, lse = run_decode(case, launch, workspace)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
 

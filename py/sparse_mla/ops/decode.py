@@ -113,6 +113,13 @@ FP8_WIDE_TAIL_MAX_WAVES = 1.5
 FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM = 4
 """fp8_ds_mla, first kernel: an unsplit grid of (1, this] CTAs per SM is split by the wave model past the cap."""
 
+SWAP_AB_UNCAPPED_MAX_WAVES = 2
+"""The swap-AB kernel: an unsplit grid of (1, this] waves is split by the wave model past the cap."""
+
+SWAP_AB_SPLIT_COST_IN_POSITIONS = 224
+"""The swap-AB kernel, uncapped: each split past the first costs this many positions per CTA (its 16 x 512 fp32
+partial written, then merged by the CTA that arrives last)."""
+
 UNCAPPED_MAX_SPLITS = 8
 """Most splits the uncapped wave model weighs: it never chose more on the H200; each costs host time per plan."""
 
@@ -215,7 +222,9 @@ def plan(
     :data:`UNCAPPED_MAX_SPLITS` instead, each split beyond the first charged
     :data:`UNCAPPED_SPLIT_COST_PER_HEAD`, where the wide kernel's unsplit grid is between 1 and
     :data:`FP8_WIDE_TAIL_MAX_WAVES` waves and where the first kernel's (one CTA per split) has between 1
-    and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM.
+    and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM; on either cache, where the swap-AB
+    kernel's is between 1 and :data:`SWAP_AB_UNCAPPED_MAX_WAVES` waves, each split beyond the first charged
+    :data:`SWAP_AB_SPLIT_COST_IN_POSITIONS` (H200, N <= 16, top-k 2048: 2 splits at T = 133..198).
 
     Raises
     ------
@@ -321,17 +330,21 @@ def _plan_splits(
             launch = candidate(s)
             return launch.positions_per_split, max(1, cluster_capacity(launch))
 
-        uncapped = False  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
-        if fp8_ds_mla and cluster_size == 1 and kernel != SWAP_AB_KERNEL:
-            if wide:
+        if kernel == SWAP_AB_KERNEL:  # SWAP_AB_UNCAPPED_MAX_WAVES
+            uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= SWAP_AB_UNCAPPED_MAX_WAVES
+            split_cost = SWAP_AB_SPLIT_COST_IN_POSITIONS
+        else:  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+            uncapped = False
+            if fp8_ds_mla and cluster_size == 1 and wide:
                 uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES
-            else:
+            elif fp8_ds_mla and cluster_size == 1:
                 uncapped = 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
-        split_cost = UNCAPPED_SPLIT_COST_PER_HEAD * HEAD_TILE_ROWS * head_tiles if uncapped else 0
+            split_cost = UNCAPPED_SPLIT_COST_PER_HEAD * HEAD_TILE_ROWS * head_tiles
 
         def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA + a split's cost)
             positions, capacity = positions_and_capacity(s)
-            per_cta = WAVE_COST_IN_POSITIONS + positions // cluster_size + (split_cost if s > 1 else 0)
+            split = split_cost if uncapped and s > 1 else 0
+            per_cta = WAVE_COST_IN_POSITIONS + positions // cluster_size + split
             return -(-token_groups * s // capacity) * per_cta
 
         if uncapped:
@@ -435,19 +448,23 @@ def workspace_for_max_tokens(
     :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too, up to five waves' partials (86.5 MB on the H200:
     N = 64, T = 165, 4 splits of 165 CTAs), and so do the first kernel's of 1 to
     :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
-    N = 32: 86.5 MB at T = 440, 3 splits). The counters add 2 MiB (one launch's: 65535 groups of 8)."""
+    N = 32: 86.5 MB at T = 440, 3 splits), and the swap-AB kernel's of 1 to :data:`SWAP_AB_UNCAPPED_MAX_WAVES`
+    waves on either cache (N <= 16: 13.0 MB at T = 198, 2 splits). The counters add 2 MiB (one launch's: 65535
+    groups of 8)."""
     shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
     if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take it above
         shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
     if _swap_ab_serves(max_tokens, num_heads):
         shapes.append(dict(kernel=SWAP_AB_KERNEL))
     capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
-    # More tokens never split again once a step's plans do not: on the bf16 cache from there on; on the
-    # fp8_ds_mla cache once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide
-    # kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves of at most one CTA per SM and the first
-    # kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
-    last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
-    min_tokens = max(FP8_THREE_CTAS_MIN_GROUPS, last_band) if fp8_ds_mla else 0
+    # More tokens never split again once a step's plans do not and the swap-AB kernel's grid (one CTA per
+    # SM) is past SWAP_AB_UNCAPPED_MAX_WAVES waves; on the fp8_ds_mla cache also once the default CTAs per
+    # SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves
+    # of at most one CTA per SM and the first kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
+    min_tokens = SWAP_AB_UNCAPPED_MAX_WAVES * num_sms if _swap_ab_serves(max_tokens, num_heads) else 0
+    if fp8_ds_mla:
+        last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
+        min_tokens = max(min_tokens, FP8_THREE_CTAS_MIN_GROUPS, last_band)
     plans = []
     for t in range(1, max_tokens + 1):
         step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
