@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Kernel iteration on the GPU machine: builds the decode op library (//cc:libsparse_mla_decode.so) once per
 # variant of a decode kernel's template with Bazel, the variant standing in for the committed template while
-# it builds (every source of //cc/decode:decode_kernels recompiles: each has both templates among its inputs),
+# it builds (every source of //cc/decode:decode_kernels recompiles: each has every template among its inputs),
 # then times each variant with tools/bench.py's decode path, and optionally tests and profiles it. Outputs go
 # to $OUT/variants (default ./gpu_out/variants), the libraries to /tmp/decode_variants/lib_NAME.so; at the
 # end bazel-bin holds the committed library again.
 #
 # Usage: tools/decode_variants.sh [--ncu=N:T,N:T] [--tests] [--rounds=K] [--model_step] VARIANT.cuh... [-- bench flags]
-#   VARIANT.cuh: a copy of cc/decode/narrow/narrow_kernel.cuh, or of cc/decode/wide/wide_kernel.cuh when
-#   its name contains "wide" (keep experiments in the git-ignored .device/); the other family is the
-#   committed one. Each is named after its file's basename. Only variants are timed: time the committed
-#   kernel as a copy. The committed templates are restored when the script exits or is stopped (TERM, INT,
+#   VARIANT.cuh: a copy of cc/decode/narrow/narrow_kernel.cuh, of cc/decode/wide/wide_kernel.cuh when its
+#   name contains "wide", or of cc/decode/swap_ab/swap_ab_kernel.cuh when it contains "swap_ab" (keep
+#   experiments in the git-ignored .device/); the other families are the committed ones. Each is named after
+#   its file's basename. Only variants are timed: time the committed kernel as a copy. The committed templates are restored when the script exits or is stopped (TERM, INT,
 #   HUP; not SIGKILL: then `git checkout` them). It refuses to start on templates git shows modified.
 #   --ncu: per variant and point, one kernel launch under Nsight Compute (launch, occupancy, stall
 #   reasons per issued instruction, memory and source sections; text report in $OUT), with the bench
@@ -49,7 +49,7 @@ done
 
 build=/tmp/decode_variants
 mkdir -p "$build"
-templates=(cc/decode/narrow/narrow_kernel.cuh cc/decode/wide/wide_kernel.cuh)
+templates=(cc/decode/narrow/narrow_kernel.cuh cc/decode/wide/wide_kernel.cuh cc/decode/swap_ab/swap_ab_kernel.cuh)
 if git rev-parse --git-dir > /dev/null 2>&1 && ! git diff --quiet HEAD -- "${templates[@]}"; then
   echo "decode_variants: ${templates[*]} differ from HEAD (a killed run?): commit them, or git checkout -- them" >&2
   exit 2
@@ -71,6 +71,7 @@ for source in "${variants[@]}"; do
   name=$(basename "$source" .cuh)
   case "$name" in
     *wide*) template=cc/decode/wide/wide_kernel.cuh ;;
+    *swap_ab*) template=cc/decode/swap_ab/swap_ab_kernel.cuh ;;
     *) template=cc/decode/narrow/narrow_kernel.cuh ;;
   esac
   restore
