@@ -95,6 +95,19 @@ def test_workspace_covers_every_planned_token_count(num_heads, fp8_ds_mla):
     assert ws.dtype == torch.uint8 and torch.count_nonzero(ws) == 0
 
 
+@pytest.mark.parametrize("num_heads", [1, 16])
+def test_workspace_covers_the_swap_ab_band_after_steps_that_do_not_split(num_heads):
+    """At one CTA per SM no plan of N <= 16 splits at T = 67..132 (one wave is full), and the swap-AB kernel's split
+    again at T = 133..198 (SWAP_AB_UNCAPPED_MAX_WAVES): the sizing goes on through them."""
+    ws = decode.workspace_for_max_tokens(200, num_heads, H200_SMS, torch.device("cpu"), ctas_per_sm=1,
+                                         cluster_capacity=h200_capacity)
+    for t in (100, 132):
+        assert decode.plan(t, num_heads, H200_SMS, ctas_per_sm=1, cluster_capacity=h200_capacity).num_splits == 1
+    launch = decode.plan(160, num_heads, H200_SMS, ctas_per_sm=1, cluster_capacity=h200_capacity)
+    assert (launch.kernel, launch.num_splits) == (decode.SWAP_AB_KERNEL, 2)
+    assert ws.numel() >= decode.workspace_bytes(launch) > 0
+
+
 @pytest.mark.parametrize("topk", [16384, 100_000, decode.MAX_TOPK])  # every plan splits (8192 per split at most)
 def test_workspace_for_wide_topk_rows(topk):
     ws = decode.workspace_for_max_tokens(8, 64, H200_SMS, torch.device("cpu"), topk=topk,

@@ -208,8 +208,9 @@ def plan(
     T = 8 → 4 splits of 512.
 
     Kernel (``kernel``, unless given): the swap-AB kernel (:data:`SWAP_AB_KERNEL`: 16 heads per CTA, 64-position
-    tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule) for ``N <= 16`` from ``T =``
-    :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or ``cta_chunk`` is given; otherwise
+    tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule but for :data:`SWAP_AB_UNCAPPED_MAX_WAVES`)
+    for ``N <= 16`` from ``T =`` :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or
+    ``cta_chunk`` is given; otherwise
     the one ``head_tiles`` names. A ``kernel`` given without ``head_tiles`` takes its own: the first kernel's
     for ``num_heads`` (:func:`narrow_head_tiles`), the wide kernel's :data:`WIDE_HEAD_TILES`.
 
@@ -458,7 +459,7 @@ def workspace_for_max_tokens(
         shapes.append(dict(kernel=SWAP_AB_KERNEL))
     capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
     # More tokens never split again once a step's plans do not and the swap-AB kernel's grid (one CTA per
-    # SM) is past SWAP_AB_UNCAPPED_MAX_WAVES waves; on the fp8_ds_mla cache also once the default CTAs per
+    # SM: its two tiles take 144 KB of shared memory) is past SWAP_AB_UNCAPPED_MAX_WAVES waves; on the fp8_ds_mla cache also once the default CTAs per
     # SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves
     # of at most one CTA per SM and the first kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
     min_tokens = SWAP_AB_UNCAPPED_MAX_WAVES * num_sms if _swap_ab_serves(max_tokens, num_heads) else 0
