@@ -243,18 +243,18 @@ for step in "${steps[@]}"; do
         export SPARSE_MLA_FA3_LIBRARY=$PWD/bazel-bin/cc/libsparse_mla_fa3.so
       PYTHONPATH=py:tests compute-sanitizer --tool memcheck --target-processes all \
         python3 -m pytest -q tests/ops/test_decode_gpu.py tests/ops/test_decode_dependent_launch_gpu.py tests/ops/test_decode_swap_ab_gpu.py \
-        tests/ops/test_fa3_gpu.py tests/ops/test_token_metadata_gpu.py tests/backend/test_unusual_inputs_gpu.py tests/backend/test_dcp_gpu.py \
-        -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call and (not test_dcp_simulated or (mixed and 128 and 8-16)) and (not test_topk_length or mixed)" \
+        tests/ops/test_decode_tile64_gpu.py tests/ops/test_fa3_gpu.py tests/ops/test_token_metadata_gpu.py tests/backend/test_unusual_inputs_gpu.py tests/backend/test_dcp_gpu.py \
+        -k "(not test_matches_reference or 16-1 or 128-4 or 7-33 or 128-16 or 64-33) and not test_fa3_matches_reference and not test_more_token_groups and not failed_cuda_call and (not test_dcp_simulated or (mixed and 128 and 8-16)) and (not test_topk_length or mixed) and not test_planned_at_throughput" \
         > "$out/memcheck.log" 2>&1
       echo "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/memcheck.log")" | tee -a "$out/summary.txt"
       ;;
     racecheck)
       # Shared-memory hazards of our decode kernels (compute-sanitizer racecheck): the swap-AB kernel's tests
-      # and a subset of the 16/32- and 64-head kernels' (the split counts and cache formats of each shape).
+      # and a subset of the 16/32-, 64-head and tile64 kernels' (the split counts and cache formats of each shape).
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       PYTHONPATH=py:tests compute-sanitizer --tool racecheck --target-processes all \
-        python3 -m pytest -q tests/ops/test_decode_swap_ab_gpu.py tests/ops/test_decode_gpu.py \
-        -k "swap_ab or test_any_split_count or (test_wide_kernel_matches_reference and (fp8_ds_mla-3- or bf16-8-))" \
+        python3 -m pytest -q tests/ops/test_decode_swap_ab_gpu.py tests/ops/test_decode_gpu.py tests/ops/test_decode_tile64_gpu.py \
+        -k "swap_ab or test_any_split_count or (test_wide_kernel_matches_reference and (fp8_ds_mla-3- or bf16-8-)) or test_each_head_count or test_top_k_rows" \
         > "$out/racecheck.log" 2>&1
       echo "racecheck: rc=$? $(grep -E 'RACECHECK SUMMARY' "$out/racecheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/racecheck.log")" | tee -a "$out/summary.txt"
       ;;

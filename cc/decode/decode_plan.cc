@@ -3,6 +3,7 @@
 
 #include "cc/common/op_checks.h"
 #include "cc/decode/swap_ab/swap_ab.h"
+#include "cc/decode/tile64/tile64.h"
 #include "cc/decode/wide/wide.h"
 
 namespace sparse_mla {
@@ -16,7 +17,7 @@ int64_t align_up(int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
-// A kernel of one shape (wide, swap-AB): the plan's head_tiles, cta_chunk and cluster_size are its own.
+// A kernel of one shape (wide, swap-AB, tile64): the plan's head_tiles, cta_chunk and cluster_size are its own.
 void check_fixed_shape(const DecodePlan& p, const char* name, int head_tiles, int cta_chunk, int cluster_size) {
   SPARSE_MLA_CHECK_ARG(p.head_tiles == head_tiles && p.cta_chunk == cta_chunk && p.cluster_size == cluster_size,
                        "sparse_mla: argument 'plan': the ", name, " kernel (kernel=", static_cast<int>(p.kernel),
@@ -26,10 +27,16 @@ void check_fixed_shape(const DecodePlan& p, const char* name, int head_tiles, in
 }
 
 // The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
-// the narrow kernel; the wide and swap-AB ones have one of each (64 heads, 32 positions, 1 CTA; 16
-// heads, 64 positions, 1 CTA).
+// the narrow kernel; the wide, swap-AB and tile64 ones have one of each (64 heads, 32 positions, 1 CTA; 16
+// heads, 64 positions, 1 CTA; 64 heads, 64 positions, 1 CTA, one split of at most 2048 positions).
 void check_launch_shape(const DecodePlan& p) {
-  if (p.kernel == DecodeKernel::kSwapAb) {
+  if (p.kernel == DecodeKernel::kTile64) {
+    check_fixed_shape(p, "tile64", tile64::kHeadTiles, tile64::kCtaChunk, tile64::kCluster);
+    SPARSE_MLA_CHECK_ARG(p.num_splits == 1 && p.positions_per_split <= tile64::kMaxPositions,
+                         "sparse_mla: argument 'plan': the tile64 kernel (kernel=3) expected num_splits=1 and "
+                         "positions_per_split up to ", tile64::kMaxPositions, ", got num_splits=", p.num_splits,
+                         " and positions_per_split=", p.positions_per_split);
+  } else if (p.kernel == DecodeKernel::kSwapAb) {
     check_fixed_shape(p, "swap-AB", swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster);
   } else if (p.kernel == DecodeKernel::kWide) {
     check_fixed_shape(p, "wide", wide::kHeadTiles, wide::kCtaChunk, wide::kCluster);
@@ -59,8 +66,9 @@ DecodePlan checked_plan(const std::vector<int64_t>& value) {
   const int64_t kernel = value[kPlanKernel];
   SPARSE_MLA_CHECK_ARG(kernel == static_cast<int64_t>(DecodeKernel::kNarrow) ||
                            kernel == static_cast<int64_t>(DecodeKernel::kWide) ||
-                           kernel == static_cast<int64_t>(DecodeKernel::kSwapAb),
-                       "sparse_mla: argument 'plan' expected kernel 0 (narrow), 1 (wide) or 2 (swap-AB), got ",
+                           kernel == static_cast<int64_t>(DecodeKernel::kSwapAb) ||
+                           kernel == static_cast<int64_t>(DecodeKernel::kTile64),
+                       "sparse_mla: argument 'plan' expected kernel 0 (narrow), 1 (wide), 2 (swap-AB) or 3 (tile64), got ",
                        kernel);
   const DecodePlan plan{static_cast<DecodeKernel>(kernel), value[kPlanNumTokens], value[kPlanNumHeads],
                         value[kPlanHeadTiles], value[kPlanCtaChunk], value[kPlanClusterSize],

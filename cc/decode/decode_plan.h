@@ -12,7 +12,7 @@ namespace decode {
 
 // Positions of the plan value's fields (sparse_mla.ops.decode.PLAN_FIELDS packs them in this order).
 enum PlanField : int {
-  kPlanKernel,             // DecodeKernel: 0 narrow, 1 wide, 2 swap-AB
+  kPlanKernel,             // DecodeKernel: 0 narrow, 1 wide, 2 swap-AB, 3 tile64
   kPlanNumTokens,          // T of the call (0: nothing is launched)
   kPlanNumHeads,           // N of the call, 1..kMaxHeads
   kPlanHeadTiles,          // heads per CTA = kHeadTileRows * head_tiles

@@ -1,10 +1,11 @@
 // The launcher of the decode kernels: picks the instantiation of the 16/32-head kernel
-// (cc/decode/narrow/), the 64-head one (cc/decode/wide/) or the swap-AB one (cc/decode/swap_ab/) for the
-// launch's shape.
+// (cc/decode/narrow/), the 64-head ones (cc/decode/wide/, cc/decode/tile64/) or the swap-AB one
+// (cc/decode/swap_ab/) for the launch's shape.
 #include "cc/decode/launch.h"
 
 #include "cc/decode/narrow/narrow_kernel.h"
 #include "cc/decode/swap_ab/swap_ab.h"
+#include "cc/decode/tile64/tile64.h"
 #include "cc/decode/wide/wide.h"
 
 namespace sparse_mla {
@@ -30,7 +31,7 @@ cudaError_t dispatch_shape(int head_tiles, int cta_chunk, int cluster_size, Acti
   return cudaErrorInvalidValue;
 }
 
-// A kernel built in one shape (the 64-head and the swap-AB kernels): its module's entry points, called as
+// A kernel built in one shape (the 64-head, 64-head tile and swap-AB kernels): its module's entry points, called as
 // the 16/32-head kernel's instantiations are.
 template <int kHeadTiles, int kCtaChunk, int kCluster, int (*kSharedBytes)(bool, int),
           cudaError_t (*kLaunch)(const SparseDecodeParams&, cudaStream_t), cudaError_t (*kMaxActive)(bool, int, int*)>
@@ -49,6 +50,8 @@ using WideModule = OneShapeKernel<wide::kHeadTiles, wide::kCtaChunk, wide::kClus
                                   wide::launch, wide::max_active_ctas>;
 using SwapAbModule = OneShapeKernel<swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster,
                                     swap_ab::shared_memory_bytes, swap_ab::launch, swap_ab::max_active_ctas>;
+using Tile64Module = OneShapeKernel<tile64::kHeadTiles, tile64::kCtaChunk, tile64::kCluster,
+                                    tile64::shared_memory_bytes, tile64::launch, tile64::max_active_ctas>;
 
 // Calls `action` with the kernel of (kernel, head_tiles, cta_chunk, cluster_size) on the cache format `fp8`;
 // cudaErrorInvalidValue for a shape that is not built.
@@ -58,6 +61,8 @@ cudaError_t dispatch(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp
     return WideModule::built(head_tiles, cta_chunk, cluster_size) ? action(WideModule{fp8}) : cudaErrorInvalidValue;
   if (kernel == DecodeKernel::kSwapAb)
     return SwapAbModule::built(head_tiles, cta_chunk, cluster_size) ? action(SwapAbModule{fp8}) : cudaErrorInvalidValue;
+  if (kernel == DecodeKernel::kTile64)
+    return Tile64Module::built(head_tiles, cta_chunk, cluster_size) ? action(Tile64Module{fp8}) : cudaErrorInvalidValue;
   return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, cluster_size, action)
              : dispatch_shape<false>(head_tiles, cta_chunk, cluster_size, action);
 }

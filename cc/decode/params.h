@@ -18,12 +18,13 @@ constexpr int kMaxSplits = 64;         // most splits of one token's positions (
 constexpr int kMaxPositionsPerSplit = 8192;
 constexpr int kMaxGridZ = 65535;       // CUDA's limit on gridDim.z: (token, head group) pairs of one launch
 
-// Which decode kernel a launch runs (the plan's `kernel` field; NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL
-// in Python).
+// Which decode kernel a launch runs (the plan's `kernel` field; NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL,
+// TILE64_KERNEL in Python).
 enum class DecodeKernel : int {
   kNarrow = 0,  // 16 or 32 heads per CTA, mma.sync (cc/decode/narrow/)
   kWide = 1,    // 64 heads per CTA, wgmma with producer warpgroups (cc/decode/wide/)
   kSwapAb = 2,  // 16 heads per CTA as wgmma's N, 64-position tiles (cc/decode/swap_ab/)
+  kTile64 = 3,  // 64 heads per CTA on 64-position tiles, one split (cc/decode/tile64/)
 };
 
 struct SparseDecodeParams {

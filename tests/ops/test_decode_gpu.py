@@ -20,7 +20,7 @@ import torch
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
-from sparse_mla_testing.decode_calls import run_decode
+from sparse_mla_testing.decode_calls import mark_every_invalid_kind, run_decode
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -145,14 +145,7 @@ def test_more_token_groups_than_a_grid_holds(num_heads, cache_format, num_splits
 def test_invalid_entries_are_skipped():
     """All -1, past the causal length, past the block table, block ids outside the cache: masked, no NaN."""
     case = testing.make_attention_case(4, 16, _device(), seed=5, pattern="scattered")
-    topk = case.topk_indices
-    topk[0] = -1
-    topk[1, :64] = case.token_kv_len[1] + torch.arange(64, device=topk.device, dtype=torch.int32)
-    case.token_kv_len[2] = 1 << 20  # the block table's width decides
-    topk[2, :64] = case.block_table.shape[1] * KV_BLOCK_SIZE + torch.arange(64, device=topk.device, dtype=torch.int32)
-    used_columns = topk[3][topk[3] >= 0][:32].long() // KV_BLOCK_SIZE
-    case.block_table[case.req_id[3].long(), used_columns] = case.num_blocks + 1
-    case.block_table[case.req_id[3].long(), used_columns[:4]] = -7
+    mark_every_invalid_kind(case)
     out, lse = run_decode(case)
     assert torch.isneginf(lse[0]).all() and (out[0] == 0).all()
     testing.assert_attention_close(out, lse, *case.reference())
@@ -272,7 +265,7 @@ def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_
 @pytest.mark.parametrize(
     "cta_chunk, cluster_size, head_tiles",
     [(chunk, size, None) for chunk in decode.CTA_CHUNKS for size in decode.CLUSTER_SIZES]
-    + [(decode.WIDE_CTA_CHUNK, 1, decode.WIDE_HEAD_TILES)],
+    + [(decode.WIDE_CTA_CHUNK, 1, decode.WIDE_HEAD_TILES), (decode.TILE64_CTA_CHUNK, 1, decode.WIDE_HEAD_TILES)],
 )
 def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluster_size, head_tiles):
     """Blocks apart by a NaN-filled gap (never read), 128-groups scaled from 1e-4 to 1e3 within each slot
@@ -287,7 +280,10 @@ def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluste
     flat[:, :512] = groups.view(-1, 512).to(torch.bfloat16)
     case.q_nope.mul_(1e-3)
     case = dataclasses.replace(case, kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(case.kv_cache), 32))
-    out, lse = run_decode(case, plan_with(3, 16, 4, cta_chunk, cluster_size, head_tiles))
+    tile64 = cta_chunk == decode.TILE64_CTA_CHUNK  # the tile64 kernel: one split
+    launch = (decode.plan(3, 16, _num_sms(), kernel=decode.TILE64_KERNEL) if tile64
+              else plan_with(3, 16, 4, cta_chunk, cluster_size, head_tiles))
+    out, lse = run_decode(case, launch)
     ref_out, ref_lse = case.reference()
     testing.assert_attention_close(out, lse, ref_out, ref_lse,
                                    what=f"fp8 padded, stage {cta_chunk}, cluster {cluster_size}, head tiles {head_tiles}")
@@ -394,7 +390,7 @@ def test_bad_arguments_raise_naming_the_argument():
     with pytest.raises(ValueError, match="argument 'plan' expected cluster_size"):
         call(inputs, plan=dataclasses.replace(launch, cluster_size=2))
     with pytest.raises(ValueError, match="argument 'plan' expected kernel"):
-        call(inputs, plan=dataclasses.replace(launch, kernel=3))
+        call(inputs, plan=dataclasses.replace(launch, kernel=4))
     with pytest.raises(ValueError, match="argument 'plan': the swap-AB kernel"):  # 64-position tiles only
         call(inputs, plan=dataclasses.replace(launch, kernel=decode.SWAP_AB_KERNEL, head_tiles=1, cluster_size=1))
     with pytest.raises(ValueError, match="argument 'plan' expected head_tiles"):  # the narrow kernel's: 1 or 2

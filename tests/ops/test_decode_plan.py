@@ -44,18 +44,21 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (2, 32, 1, 4, 32, 1, 64, 32),
         (8, 32, 1, 4, 32, 1, 16, 128),
         (16, 32, 1, 4, 32, 1, 8, 256),
-        (128, 17, 1, 4, 32, 1, 1, 2048),
+        (128, 17, 1, 4, 64, 1, 1, 2048),  # the wide kernel's one split: the tile64 kernel
         (129, 32, 1, 2, 16, 1, 2, 1024),
         (256, 32, 1, 2, 16, 1, 1, 2048),
-        (1024, 128, 1, 4, 32, 2, 1, 2048),
+        (1024, 128, 1, 4, 64, 2, 1, 2048),
     ],
 )
 def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk, head_groups, num_splits, positions):
     launch = decode.plan(num_tokens, num_heads, H200_SMS)
     assert (launch.cluster_size, launch.head_tiles, launch.cta_chunk, launch.head_groups, launch.num_splits,
             launch.positions_per_split) == (cluster_size, head_tiles, cta_chunk, head_groups, num_splits, positions)
-    swap_ab = cta_chunk == decode.SWAP_AB_CTA_CHUNK
-    assert launch.kernel == (decode.SWAP_AB_KERNEL if swap_ab else decode.kernel_for(head_tiles))
+    tiled = cta_chunk == decode.SWAP_AB_CTA_CHUNK == decode.TILE64_CTA_CHUNK
+    expected = decode.kernel_for(head_tiles)
+    if tiled:
+        expected = decode.TILE64_KERNEL if head_tiles == decode.WIDE_HEAD_TILES else decode.SWAP_AB_KERNEL
+    assert launch.kernel == expected
     assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
     assert launch.positions_per_split % (launch.cluster_size * launch.cta_chunk) == 0
     assert launch.num_ctas <= max(2 * H200_SMS, launch.cluster_size * num_tokens * head_groups)
@@ -92,6 +95,40 @@ def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
     asked = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.SWAP_AB_KERNEL)
     assert (asked.kernel, asked.head_tiles, asked.cta_chunk, asked.cluster_size) == (decode.SWAP_AB_KERNEL, 1, 64, 1)
     assert asked.head_groups == -(-num_heads // 16) and asked.num_splits * asked.positions_per_split >= INDEX_TOPK
+
+
+@pytest.mark.parametrize("fp8_ds_mla", [False, True])
+@pytest.mark.parametrize("num_tokens, num_heads, topk", [(128, 64, 2048), (64, 128, 2048), (512, 33, 2000),
+                                                          (300, 64, 4096), (1, 64, 2048), (16, 128, 2048)])
+def test_tile64_kernel_where_the_wide_kernel_runs_one_split(num_tokens, num_heads, topk, fp8_ds_mla):
+    """TILE64_KERNEL: the plan's choice wherever the wide kernel would run one split of at most
+    TILE64_MAX_POSITIONS positions (its grid, 64-position tiles); several splits or wider rows stay wide."""
+    wide = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
+                       fp8_ds_mla=fp8_ds_mla, kernel=decode.WIDE_KERNEL)
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
+                         fp8_ds_mla=fp8_ds_mla)
+    if wide.num_splits == 1 and topk <= decode.TILE64_MAX_POSITIONS:
+        assert (launch.kernel, launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits) == (
+            decode.TILE64_KERNEL, decode.WIDE_HEAD_TILES, decode.TILE64_CTA_CHUNK, 1, 1)
+        assert launch.positions_per_split == -(-topk // 64) * 64 and launch.head_groups == wide.head_groups
+        assert launch.num_ctas == wide.num_ctas
+    else:
+        assert launch == wide
+    assert (num_tokens, num_heads, topk) not in ((128, 64, 2048), (64, 128, 2048)) or launch.kernel == decode.TILE64_KERNEL
+
+
+@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 64), (512, 128)])
+def test_tile64_kernel_asked_for_runs_one_split(num_tokens, num_heads):
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.TILE64_KERNEL)
+    assert (launch.kernel, launch.head_tiles, launch.cta_chunk, launch.num_splits, launch.positions_per_split) == (
+        decode.TILE64_KERNEL, decode.WIDE_HEAD_TILES, 64, 1, 2048)
+    assert launch.head_groups == -(-num_heads // 64)
+
+
+@pytest.mark.parametrize("arguments", [dict(topk=2049), dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)])
+def test_tile64_kernel_refuses_what_it_is_not_built_for(arguments):
+    with pytest.raises(ValueError, match=r"argument 'kernel' 3 \(the tile64 kernel\) expected head_tiles 4"):
+        decode.plan(128, 64, H200_SMS, kernel=decode.TILE64_KERNEL, **arguments)
 
 
 @pytest.mark.parametrize(

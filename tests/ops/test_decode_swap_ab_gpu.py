@@ -20,7 +20,7 @@ import torch
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK
 from sparse_mla.ops import decode
-from sparse_mla_testing.decode_calls import run_decode
+from sparse_mla_testing.decode_calls import case_on_cache, run_decode
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -40,12 +40,6 @@ def swap_ab_plan(num_tokens, num_heads, num_splits, topk=INDEX_TOPK):
                              decode.SWAP_AB_KERNEL, 1)
 
 
-def _case(num_tokens, num_heads, seed, cache_format, pattern=None):
-    case = testing.make_attention_case(num_tokens, num_heads, _device(), seed,
-                                       pattern or testing.INVALID_PATTERNS[seed % 3], drop_fraction=0.2)
-    return testing.fp8_ds_mla_case(case) if cache_format == "fp8_ds_mla" else case
-
-
 @pytest.mark.parametrize("cache_format", CACHE_FORMATS)
 @pytest.mark.parametrize("num_splits", [1, 3, 8, 32])
 @pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (5, 16), (3, 1), (2, 7), (4, 8), (3, 33), (2, 128)])
@@ -53,7 +47,7 @@ def test_matches_reference(num_tokens, num_heads, num_splits, cache_format):
     """Every head count through 16-head groups (heads past N are zero queries, never written), one split
     over all 2048 positions, uneven splits and the most the test cases use (32 of one tile each)."""
     seed = num_heads * 100 + num_tokens * 10 + num_splits
-    case = _case(num_tokens, num_heads, seed, cache_format)
+    case = case_on_cache(num_tokens, num_heads, seed, cache_format)
     launch = swap_ab_plan(num_tokens, num_heads, num_splits)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
@@ -73,7 +67,7 @@ def test_planned_split_of_a_short_second_wave(num_heads, cache_format):
     assert launch.kernel == decode.SWAP_AB_KERNEL and launch.num_splits > 1, launch
     workspace = decode.workspace_for_max_tokens(num_tokens, num_heads, num_sms, _device(), cluster_capacity=capacity,
                                                 fp8_ds_mla=cache_format == "fp8_ds_mla")
-    case = _case(num_tokens, num_heads, num_heads, cache_format)
+    case = case_on_cache(num_tokens, num_heads, num_heads, cache_format)
     out, lse = run_decode(case, launch, workspace)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
@@ -83,7 +77,7 @@ def test_planned_split_of_a_short_second_wave(num_heads, cache_format):
 def test_invalid_entries(pattern, cache_format):
     """-1 at the start, the end or scattered, positions past the causal length, past the block table and
     block ids outside the cache are masked (rows of short requests hold whole invalid tiles)."""
-    case = _case(6, 16, 7, cache_format, pattern=pattern)
+    case = case_on_cache(6, 16, 7, cache_format, pattern=pattern)
     launch = swap_ab_plan(6, 16, 2)
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {pattern}")
@@ -93,7 +87,7 @@ def test_invalid_entries(pattern, cache_format):
 def test_strided_queries_and_padded_cache(cache_format):
     """Queries as views of one fused [T, N, 576] tensor (and non-contiguous head strides), a cache whose
     block stride is padded."""
-    case = _case(4, 16, 11, cache_format)
+    case = case_on_cache(4, 16, 11, cache_format)
     fused = torch.cat([case.q_nope, case.q_rope], dim=-1)
     padded = testing.padded_kv_cache(case.kv_cache, block_padding=16)
     case = dataclasses.replace(case, q_nope=fused[..., :512], q_rope=fused[..., 512:], kv_cache=padded)
@@ -106,7 +100,7 @@ def test_strided_queries_and_padded_cache(cache_format):
 def test_cuda_graph_replay_with_padding(cache_format):
     """Captured at T = 8 with 3 splits, replayed on new contents whose last tokens are padding (every entry
     -1): equal to the reference on the real tokens, zero output and -inf LSE on the padding."""
-    case = _case(8, 16, 21, cache_format)
+    case = case_on_cache(8, 16, 21, cache_format)
     launch = swap_ab_plan(8, 16, 3)
     workspace = decode.workspace_for_plans([launch], _device())
     out, lse = testing.poisoned_outputs(8, 16, _device())
@@ -116,7 +110,7 @@ def test_cuda_graph_replay_with_padding(cache_format):
         decode.sparse_mla_decode(*inputs, DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
 
     graph, _ = testing.capture_cuda_graph(call)
-    fresh = _case(8, 16, 22, cache_format)
+    fresh = case_on_cache(8, 16, 22, cache_format)
     for mine, new in zip(inputs, fresh.inputs()):
         mine.copy_(new)
     inputs[3][5:] = -1  # topk_indices: tokens 5..7 are padding
@@ -134,7 +128,7 @@ def test_fp8_ds_mla_magnitudes(cache_magnitude, query_magnitude):
     """fp8_ds_mla caches and queries far from unit magnitude: scales below f16's smallest normal (cache x 1e-7),
     values past f16's largest (cache x 3e4), q_nope x 1e5, and slots whose magnitudes span 2^20 (a power of two
     per slot) match the reference (range that any f16 or power-of-two shortcut in a kernel must keep)."""
-    case = _case(4, 16, 31, "bf16")
+    case = case_on_cache(4, 16, 31, "bf16")
     gen = torch.Generator(device=case.kv_cache.device).manual_seed(5)
     slot_exponent = torch.randint(-10, 11, (case.num_blocks, 64, 1), device=case.kv_cache.device, generator=gen)
     kv_cache = (case.kv_cache.float() * cache_magnitude * torch.exp2(slot_exponent.float())).to(torch.bfloat16)

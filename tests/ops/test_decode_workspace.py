@@ -121,7 +121,7 @@ BASE = decode.plan(1, 16, H200_SMS)  # the narrow kernel, clusters of 8, 32-posi
 
 
 @pytest.mark.parametrize("field, value", [
-    ("kernel", 3),
+    ("kernel", 4),
     ("num_tokens", -1),
     ("num_heads", 0),
     ("num_heads", 129),
@@ -156,6 +156,17 @@ def test_op_refuses_the_swap_ab_kernel_with_another_shape():
     for shape in (dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)):
         with pytest.raises(ValueError, match="argument 'plan': the swap-AB kernel .* expected head_tiles=1, cta_chunk=64"):
             decode.workspace_layout(dataclasses.replace(swap_ab, **shape))
+
+
+def test_op_refuses_the_tile64_kernel_with_another_shape_or_splits():
+    tile64 = decode.plan(128, 64, H200_SMS)
+    assert tile64.kernel == decode.TILE64_KERNEL and decode.workspace_layout(tile64).total_bytes == 0
+    for shape in (dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)):
+        with pytest.raises(ValueError, match="argument 'plan': the tile64 kernel .* expected head_tiles=4, cta_chunk=64"):
+            decode.workspace_layout(dataclasses.replace(tile64, **shape))
+    for field in (dict(num_splits=2, positions_per_split=1024), dict(positions_per_split=4096)):
+        with pytest.raises(ValueError, match="argument 'plan': the tile64 kernel .* expected num_splits=1 and positions"):
+            decode.workspace_layout(dataclasses.replace(tile64, **field))
 
 
 @pytest.mark.parametrize("value", [[], BASE.op_value()[:-1], BASE.op_value() + [0]])

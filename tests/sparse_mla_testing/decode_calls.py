@@ -7,7 +7,7 @@ import torch
 
 import sparse_mla_testing as testing
 from sparse_mla import device_info, kv_cache_format
-from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE
+from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
 
 
@@ -50,3 +50,28 @@ def run_decode(
     decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
     torch.cuda.synchronize()
     return out, lse
+
+
+def case_on_cache(num_tokens: int, num_heads: int, seed: int, cache_format: str,
+                  pattern: Optional[str] = None) -> testing.AttentionCase:
+    """:func:`sparse_mla_testing.make_attention_case` on the current CUDA device with a fifth of its entries
+    dropped and invalid entries of ``pattern`` (by default one of :data:`~sparse_mla_testing.INVALID_PATTERNS`
+    by ``seed``), its cache bf16 (``cache_format`` "bf16") or fp8_ds_mla ("fp8_ds_mla")."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    case = testing.make_attention_case(num_tokens, num_heads, device, seed,
+                                       pattern or testing.INVALID_PATTERNS[seed % 3], drop_fraction=0.2)
+    return testing.fp8_ds_mla_case(case) if cache_format == "fp8_ds_mla" else case
+
+
+def mark_every_invalid_kind(case: testing.AttentionCase) -> None:
+    """Makes, in place, token 0's row all -1, token 1's first 64 entries past its causal length, token 2's past
+    the block table (its causal length unbounded) and some block ids of token 3's request outside the cache
+    (past its end, and negative): every kind the kernels must mask without reading. Needs T >= 4."""
+    topk = case.topk_indices
+    topk[0] = -1
+    topk[1, :64] = case.token_kv_len[1] + torch.arange(64, device=topk.device, dtype=torch.int32)
+    case.token_kv_len[2] = 1 << 20  # the block table's width decides
+    topk[2, :64] = case.block_table.shape[1] * KV_BLOCK_SIZE + torch.arange(64, device=topk.device, dtype=torch.int32)
+    used_columns = topk[3][topk[3] >= 0][:32].long() // KV_BLOCK_SIZE
+    case.block_table[case.req_id[3].long(), used_columns] = case.num_blocks + 1
+    case.block_table[case.req_id[3].long(), used_columns[:4]] = -7

@@ -37,5 +37,13 @@ __device__ __forceinline__ uint2 dequantize_word(uint32_t word, float scale) {
   return make_uint2(pairs[0], pairs[1]);
 }
 
+// One 16-byte piece of a slot's e4m3 c_kv (16 values) times `scale` as 16 bf16: values 0..7 in `lo`, 8..15 in `hi`.
+__device__ __forceinline__ void dequantize_piece(const uint4& piece, float scale, uint4& lo, uint4& hi) {
+  const uint2 a = dequantize_word(piece.x, scale), b = dequantize_word(piece.y, scale);
+  const uint2 c = dequantize_word(piece.z, scale), d = dequantize_word(piece.w, scale);
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
 }  // namespace decode
 }  // namespace sparse_mla

@@ -6,6 +6,7 @@
 #include "cc/common/mla_layout.h"
 #include "cc/common/ptx.cuh"
 #include "cc/decode/components/cta_work.cuh"
+#include "cc/decode/components/operand_atoms.cuh"
 #include "cc/decode/params.h"
 
 namespace sparse_mla {
@@ -43,6 +44,38 @@ __device__ __forceinline__ void start_gather_ring(const Issue& issue, int num_ch
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_chunks) issue(s);
+    cp_async_commit();
+  }
+}
+
+// One producer warpgroup on the bf16 cache: tile c's kTile slots straight into stage c % kStages of `tiles` (bf16
+// slots as 9 atoms: 16-byte piece j -> chunk j % 8 of atom j / 8), one tile in flight while the consumers read
+// another. Stage s is announced on named barrier kFullBarrier + s and taken back on kEmptyBarrier + s, each of
+// kStageThreads threads. Copied 16 slots at a time, 8 threads a slot: a warp's copies read 128 contiguous bytes
+// of each of 4 slots.
+template <int kTile, int kStages, int kFullBarrier, int kEmptyBarrier, int kStageThreads>
+__device__ __forceinline__ void produce_bf16_tiles(const SparseDecodeParams& p, const int* rows, unsigned char* tiles,
+                                                   int num_tiles) {
+  constexpr int kRowsPerCopy = 16, kWarpgroupThreads = 128;
+  constexpr int kTileBytes = kSlotAtoms * kTile * 128;
+  auto issue = [&](int c) {
+    unsigned char* tile = tiles + (c % kStages) * kTileBytes;
+#pragma unroll
+    for (int first = 0; first < kTile; first += kRowsPerCopy)
+      gather_chunk<kRowsPerCopy, false, kWarpgroupThreads>(p, rows + c * kTile + first, [=](int r, int part) {
+        return tile + atom_offset(first + r, part * 8, kTile);
+      });
+  };
+  issue(0);
+  cp_async_commit();
+  for (int c = 0; c < num_tiles; ++c) {
+    cp_async_wait<0>();   // this thread's copies of tile c have landed
+    fence_proxy_async();  // ... for wgmma too
+    arrive_named(kFullBarrier + c % kStages, kStageThreads);
+    if (c + 1 < num_tiles) {
+      if (c + 1 >= kStages) sync_named(kEmptyBarrier + (c + 1) % kStages, kStageThreads);  // tile c - 1 consumed
+      issue(c + 1);
+    }
     cp_async_commit();
   }
 }

@@ -93,34 +93,6 @@ __device__ __forceinline__ void combine_over_positions(float (&value)[4], float*
   }
 }
 
-// The producers on the bf16 cache: tile c's 64 slots straight into stage c % 2 (bf16 slots as 9 atoms:
-// 16-byte piece j -> chunk j % 8 of atom j / 8), one tile in flight while the consumers read the other.
-// Copied 16 slots at a time, 8 threads a slot: a warp's copies read 128 contiguous bytes of each of 4 slots.
-__device__ __forceinline__ void produce_bf16(const SparseDecodeParams& p, const int* rows, unsigned char* tiles,
-                                             int num_tiles) {
-  constexpr int kRowsPerCopy = 16;
-  auto issue = [&](int c) {
-    unsigned char* tile = tiles + (c % kStages) * kTileBytes;
-#pragma unroll
-    for (int first = 0; first < kTile; first += kRowsPerCopy)
-      gather_chunk<kRowsPerCopy, false, kGroupThreads>(p, rows + c * kTile + first, [=](int r, int part) {
-        return tile + atom_offset(first + r, part * 8, kTile);
-      });
-  };
-  issue(0);
-  cp_async_commit();
-  for (int c = 0; c < num_tiles; ++c) {
-    cp_async_wait<0>();   // this thread's copies of tile c have landed
-    fence_proxy_async();  // ... for wgmma too
-    arrive_named(kFullBarrier + c % kStages, kStageThreads);
-    if (c + 1 < num_tiles) {
-      if (c + 1 >= kStages) sync_named(kEmptyBarrier + (c + 1) % kStages, kStageThreads);  // tile c - 1 consumed
-      issue(c + 1);
-    }
-    cp_async_commit();
-  }
-}
-
 // The row (0..3) of 4 consecutive slots whose pieces lane l % 8 of quarter warp l / 8 holds: pieces 0..3 of
 // one row and 4..7 of its neighbour, so that a quarter warp's 16-byte stores fall on two rows of opposite
 // parity and meet 8 distinct bank groups of the swizzled atoms (a row's pieces p and p + 4 would meet the
@@ -167,11 +139,10 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
 #pragma unroll
       for (int j = 0; j < kGroups; ++j) {
         const int col = 16 * (piece + 8 * j);
-        const uint4 v = values[i][j];
-        const uint2 a = dequantize_word(v.x, group_scale[j]), b = dequantize_word(v.y, group_scale[j]);
-        const uint2 d = dequantize_word(v.z, group_scale[j]), e = dequantize_word(v.w, group_scale[j]);
-        *reinterpret_cast<uint4*>(tile + atom_offset(r, col, kTile)) = make_uint4(a.x, a.y, b.x, b.y);
-        *reinterpret_cast<uint4*>(tile + atom_offset(r, col + 8, kTile)) = make_uint4(d.x, d.y, e.x, e.y);
+        uint4 lo, hi;
+        dequantize_piece(values[i][j], group_scale[j], lo, hi);
+        *reinterpret_cast<uint4*>(tile + atom_offset(r, col, kTile)) = lo;
+        *reinterpret_cast<uint4*>(tile + atom_offset(r, col + 8, kTile)) = hi;
       }
       *reinterpret_cast<uint4*>(tile + atom_offset(r, kKvLoraRank + 8 * piece, kTile)) = rope[i];
       if (c + kStages < num_tiles) load(c + kStages, i);  // in flight while the other slots are dequantized
@@ -215,7 +186,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
     if constexpr (kFp8)
       produce_fp8(p, rows, tiles, num_tiles, warpgroup - 1);
     else
-      produce_bf16(p, rows, tiles, num_tiles);
+      produce_bf16_tiles<kTile, kStages, kFullBarrier, kEmptyBarrier, kStageThreads>(p, rows, tiles, num_tiles);
   } else {
     // 1. The 16 heads' queries -> shared memory as atoms (heads past N: zeros).
     stage_query_atoms<kHeads, kGroupThreads>(p, token, head_base, tid, q);

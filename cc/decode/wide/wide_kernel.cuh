@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   for (int i = 0; i < kOutTiles * 4; ++i) out_acc[i] = 0.f;
   // Rows group and group + 8 of this warp's heads: running max (base 2) and this lane's share of
   // the running sum (its columns; the quad's shares are added at the end).
-  float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
+  QuadRowSoftmax<kScoreTiles, kFp8> softmax;
 
   // This warpgroup's operands of the score product (its 4 c_kv atoms and its half of the k_rope atom, of the
   // queries and of operand stage 0) and of P . V (its c_kv atoms of stage 0, MN-major: N-atoms
@@ -292,45 +292,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
       }
     }
 
-    // 4. Online softmax in registers: lane (group, quad) holds rows group / group + 8 at positions
-    //    8 nt + 2 quad + {0, 1}; masked positions score -inf.
-    const int* chunk_rows = rows + chunk * kCtaChunk;
-    float chunk_max[2] = {kNegInf, kNegInf};
-#pragma unroll
-    for (int nt = 0; nt < kScoreTiles; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const bool valid = chunk_rows[nt * 8 + 2 * quad + j] >= 0;
-        score[nt * 4 + j] = valid ? score[nt * 4 + j] * p.scale_log2 : kNegInf;
-        score[nt * 4 + 2 + j] = valid ? score[nt * 4 + 2 + j] * p.scale_log2 : kNegInf;
-        chunk_max[0] = fmaxf(chunk_max[0], score[nt * 4 + j]);
-        chunk_max[1] = fmaxf(chunk_max[1], score[nt * 4 + 2 + j]);
-      }
-    float base[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(0xffffffffu, chunk_max[r], 1));
-      chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(0xffffffffu, chunk_max[r], 2));
-      // Lazy on fp8_ds_mla only: on the bf16 cache it misses FlashInfer's precision bar (docs/decode-kernels.md).
-      const float new_max = kFp8 ? lazy_running_max(row_max[r], chunk_max[r]) : fmaxf(row_max[r], chunk_max[r]);
-      base[r] = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
-      alpha[r] = exp2f(row_max[r] - base[r]);        // 0 while nothing was valid
-      row_max[r] = new_max;
-    }
-    // Probabilities as the register A operand of P . V: k-step kk takes n-tiles 2 kk and 2 kk + 1.
+    // 4. Online softmax in registers (lazy maximum on fp8_ds_mla only: on the bf16 cache it misses FlashInfer's
+    //    precision bar, docs/decode-kernels.md); the probabilities become the register A operand of P . V:
+    //    k-step kk takes n-tiles 2 kk and 2 kk + 1.
+    float alpha[2];
     uint32_t prob[kCtaChunk / 16][4];
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nt = 0; nt < kScoreTiles; ++nt) {
-      const float e0 = exp2f(score[nt * 4] - base[0]), e1 = exp2f(score[nt * 4 + 1] - base[0]);
-      const float e2 = exp2f(score[nt * 4 + 2] - base[1]), e3 = exp2f(score[nt * 4 + 3] - base[1]);
-      sum[0] += e0 + e1;
-      sum[1] += e2 + e3;
-      prob[nt / 2][(nt % 2) * 2] = pack_bf16(e0, e1);
-      prob[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(e2, e3);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + sum[r];
+    softmax.step(score, rows + chunk * kCtaChunk, quad, p.scale_log2, alpha,
+                 [&](int nt, float e0, float e1, float e2, float e3) {
+                   prob[nt / 2][(nt % 2) * 2] = pack_bf16(e0, e1);
+                   prob[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(e2, e3);
+                 });
 
     // 5. out[:, cols] = alpha * out + P . c_kv[:, cols] (MN-major B: N-atoms 4096 bytes apart, k
     //    groups of 8 positions 1024 apart).
@@ -361,14 +332,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
 
   // 6. Normalize; write the output (one split) or this split's partial (several; the last CTA merges).
   float inv[2], lse[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
-    lse[r] = l != 0.f ? row_max[r] + log2f(l) : kNegInf;
-  }
+  softmax.finish(inv, lse);
   const int col0 = warpgroup * kNopePerGroup + 2 * quad;
   if (p.num_splits == 1) {
 #pragma unroll

@@ -10,8 +10,9 @@ slices through distributed shared memory (small grids), or one CTA takes a whole
 grids), and (when a token's positions are split over several clusters) the last-arriving CTA merges
 the splits (the wide kernel: a second launch, 32 CTAs per token and head group). A CTA serves 16 or
 32 heads (``cc/decode/narrow/narrow_kernel.cuh``), or 64 on the wide kernel
-(``cc/decode/wide/wide_kernel.cuh``, ``head_tiles`` 4), which gathers and dequantizes each slot once
-for all of them. The kernel files' headers say how.
+(``cc/decode/wide/wide_kernel.cuh``, ``head_tiles`` 4) and on the tile64 kernel (one split,
+``cc/decode/tile64/tile64_kernel.cuh``), which gather and dequantize each slot once for all of them.
+The kernel files' headers say how.
 
 The op library is built by Bazel under ``--config=sm90`` (``//cc:libsparse_mla_decode.so`` beside
 this package in the runfiles, or in the installed wheel) against PyTorch's stable ABI: one build
@@ -78,6 +79,16 @@ positions its M, 64-position tiles (``SWAP_AB_CTA_CHUNK``), one CTA per split.""
 
 SWAP_AB_CTA_CHUNK = 64
 
+TILE64_KERNEL = 3
+"""The 64-head tile kernel (``DecodeKernel::kTile64``, cc/decode/tile64/): 64 heads per CTA (``head_tiles``
+:data:`WIDE_HEAD_TILES`) on 64-position tiles (:data:`TILE64_CTA_CHUNK`), one CTA per (token, head group): one split
+of at most :data:`TILE64_MAX_POSITIONS` positions. The plan takes it where the wide kernel would run one split."""
+
+TILE64_CTA_CHUNK = 64
+
+TILE64_MAX_POSITIONS = 2048
+"""The tile64 kernel's most positions (``tile64::kMaxPositions``): its slot ids fill the last 8 KiB of its 227 KiB."""
+
 SWAP_AB_MIN_TOKENS = 16
 """The plan takes the swap-AB kernel for ``N <= 16`` from this ``T`` on (below, the 16/32-head kernel's clusters
 are faster: its merges are shorter than the swap-AB kernel's in-kernel merge of many splits)."""
@@ -141,7 +152,8 @@ class DecodePlan:
     """Launch configuration of one call; depends only on :func:`plan`'s arguments.
 
     Grid: ``cluster_size x num_splits x (num_tokens * head_groups)`` CTAs of 256 threads
-    (512 on the wide kernel: two producer warpgroups beside its two consumers).
+    (512 on the wide kernel: two producer warpgroups beside its two consumers; the tile64 kernel's: 384 on the
+    bf16 cache, 512 on fp8_ds_mla; the swap-AB kernel's: 256 on the bf16 cache, 384 on fp8_ds_mla).
     """
 
     num_tokens: int
@@ -151,7 +163,7 @@ class DecodePlan:
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
     positions_per_split: int  # multiple of cluster_size * cta_chunk
-    kernel: int  # the kernel that runs: NARROW_KERNEL or WIDE_KERNEL (head_tiles WIDE_HEAD_TILES)
+    kernel: int  # the kernel that runs: NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL or TILE64_KERNEL
     cluster_size: int = CLUSTER_SIZE  # CTAs per split, in CLUSTER_SIZES
 
     @property
@@ -211,8 +223,11 @@ def plan(
     tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule but for :data:`SWAP_AB_UNCAPPED_MAX_WAVES`)
     for ``N <= 16`` from ``T =`` :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or
     ``cta_chunk`` is given; otherwise
-    the one ``head_tiles`` names. A ``kernel`` given without ``head_tiles`` takes its own: the first kernel's
-    for ``num_heads`` (:func:`narrow_head_tiles`), the wide kernel's :data:`WIDE_HEAD_TILES`.
+    the one ``head_tiles`` names; where none of the four is given and that is the wide kernel with one split of
+    at most :data:`TILE64_MAX_POSITIONS` positions, the tile64 kernel (:data:`TILE64_KERNEL`: the same grid, 12-28 %
+    faster on the H200, docs/decode-kernels.md). A ``kernel`` given without ``head_tiles`` takes its own: the first
+    kernel's for ``num_heads`` (:func:`narrow_head_tiles`), the wide kernel's :data:`WIDE_HEAD_TILES`; the tile64
+    kernel always one split.
 
     ``cluster_capacity(candidate)``, when given, is the number of clusters (CTAs, for ``cluster_size`` 1) of
     a candidate plan's kernel configuration the device runs at once (:func:`max_active_clusters`).
@@ -235,8 +250,9 @@ def plan(
         ``cluster_size`` not in
         :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
         :data:`HEAD_TILES`, the wide kernel's ``head_tiles`` with another stage or cluster size, ``kernel``
-        other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL` or :data:`SWAP_AB_KERNEL`, a ``kernel`` with the
-        ``head_tiles`` of another, or the swap-AB kernel with a ``cta_chunk`` or ``cluster_size`` of another kernel.
+        other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL`, :data:`SWAP_AB_KERNEL` or :data:`TILE64_KERNEL`, a
+        ``kernel`` with the ``head_tiles`` of another, the swap-AB or tile64 kernel with a ``cta_chunk`` or
+        ``cluster_size`` of another kernel, or the tile64 kernel with ``topk`` above :data:`TILE64_MAX_POSITIONS`.
     """
     check_num_heads("num_heads", num_heads)
     if topk > MAX_TOPK:
@@ -246,10 +262,19 @@ def plan(
     for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
-    if kernel is not None and kernel not in (NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL):
-        raise ValueError(f"sparse_mla: argument 'kernel' expected {NARROW_KERNEL}, {WIDE_KERNEL} or {SWAP_AB_KERNEL}, "
-                         f"got {kernel}")
-    if kernel is None and head_tiles is None and cluster_size is None and cta_chunk is None:
+    if kernel is not None and kernel not in (NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL, TILE64_KERNEL):
+        raise ValueError(f"sparse_mla: argument 'kernel' expected {NARROW_KERNEL}, {WIDE_KERNEL}, {SWAP_AB_KERNEL} or "
+                         f"{TILE64_KERNEL}, got {kernel}")
+    if kernel == TILE64_KERNEL:
+        if head_tiles not in (None, WIDE_HEAD_TILES) or cluster_size not in (None, 1) or cta_chunk not in (
+                None, TILE64_CTA_CHUNK) or topk > TILE64_MAX_POSITIONS:
+            raise ValueError(
+                f"sparse_mla: argument 'kernel' {kernel} (the tile64 kernel) expected head_tiles {WIDE_HEAD_TILES}, "
+                f"cluster_size 1, cta_chunk {TILE64_CTA_CHUNK} and topk <= {TILE64_MAX_POSITIONS}, got {head_tiles}, "
+                f"{cluster_size}, {cta_chunk} and {topk}")
+        return _tile64_plan(num_tokens, num_heads, topk)
+    chosen = kernel is None and head_tiles is None and cluster_size is None and cta_chunk is None
+    if chosen:
         kernel = SWAP_AB_KERNEL if _swap_ab_serves(num_tokens, num_heads) else None
     if kernel == SWAP_AB_KERNEL:
         if head_tiles not in (None, 1) or cluster_size not in (None, 1) or cta_chunk not in (None, SWAP_AB_CTA_CHUNK):
@@ -296,8 +321,20 @@ def plan(
             or (cluster_size == 1 and token_groups < SMALL_CHUNK_MIN_GROUPS)
         )
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
-    return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
-                        head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
+    launch = _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
+                          head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
+    if chosen and launch.kernel == WIDE_KERNEL and launch.num_splits == 1 and topk <= TILE64_MAX_POSITIONS:
+        return _tile64_plan(num_tokens, num_heads, topk)
+    return launch
+
+
+def _tile64_plan(num_tokens: int, num_heads: int, topk: int) -> DecodePlan:
+    """The tile64 kernel's plan: one split of ``topk`` positions rounded up to whole tiles."""
+    heads_per_cta = HEAD_TILE_ROWS * WIDE_HEAD_TILES
+    return DecodePlan(num_tokens=num_tokens, num_heads=num_heads, head_tiles=WIDE_HEAD_TILES,
+                      cta_chunk=TILE64_CTA_CHUNK, head_groups=-(-num_heads // heads_per_cta), num_splits=1,
+                      positions_per_split=-(-topk // TILE64_CTA_CHUNK) * TILE64_CTA_CHUNK, kernel=TILE64_KERNEL,
+                      cluster_size=1)
 
 
 def _plan_splits(
