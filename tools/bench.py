@@ -125,7 +125,7 @@ flags.DEFINE_integer("decode_cluster_size", None, "CTAs per split of the decode 
 flags.DEFINE_integer("decode_cta_chunk", None, "Positions per pipeline stage of a decode CTA (16 or 32); default: the plan's rule.")
 flags.DEFINE_integer("decode_head_tiles", None, "Head tiles of 16 per decode CTA (1, 2, or 4: the wide kernel); default: the plan's rule.")
 flags.DEFINE_integer("decode_kernel", None, "The decode kernel of the plan (sparse_mla.ops.decode.SWAP_AB_KERNEL: "
-                     "the swap-AB one); default: the plan's rule.")
+                     "the swap-AB one, TILE64_KERNEL: the tile64 one); default: the plan's rule.")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")

@@ -164,7 +164,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float* d, const uint32_t (&a
 }
 
 // d[64 x 64] += A . B on the warpgroup, A (64 x 16) and B (16 x 64) K-major in shared memory.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t a, uint64_t b) {
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float* d, uint64_t a, uint64_t b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n"

@@ -62,8 +62,8 @@ struct SparseDecodeParams {
   float* partial_lse;   // [T, head_groups, num_splits, kClusterSize, heads_per_cta]
   int32_t* counters;    // [T, head_groups, kClusterSize], T * head_groups <= kMaxGridZ (one launch)
   int num_tokens, num_heads;
-  int head_tiles;       // heads per CTA = 16 * head_tiles, 1 or 2 (kNarrow), 4 (kWide), 1 (kSwapAb)
-  int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32 (kSwapAb: 64)
+  int head_tiles;       // heads per CTA = 16 * head_tiles, 1 or 2 (kNarrow), 4 (kWide, kTile64), 1 (kSwapAb)
+  int cta_chunk;        // positions per pipeline stage of a CTA, 16 or 32 (kSwapAb, kTile64: 64)
   int cluster_size;     // CTAs per split: kClusterSize (slices merged through DSMEM) or 1 (large grids)
   int head_groups;      // ceil(num_heads / heads per CTA)
   int num_splits;       // position splits per token

@@ -54,9 +54,8 @@ def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk
     launch = decode.plan(num_tokens, num_heads, H200_SMS)
     assert (launch.cluster_size, launch.head_tiles, launch.cta_chunk, launch.head_groups, launch.num_splits,
             launch.positions_per_split) == (cluster_size, head_tiles, cta_chunk, head_groups, num_splits, positions)
-    tiled = cta_chunk == decode.SWAP_AB_CTA_CHUNK == decode.TILE64_CTA_CHUNK
     expected = decode.kernel_for(head_tiles)
-    if tiled:
+    if cta_chunk == 64:  # SWAP_AB_CTA_CHUNK at 16 heads a CTA, TILE64_CTA_CHUNK at 64
         expected = decode.TILE64_KERNEL if head_tiles == decode.WIDE_HEAD_TILES else decode.SWAP_AB_KERNEL
     assert launch.kernel == expected
     assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK

@@ -19,7 +19,7 @@ def h200_capacity(candidate: decode.DecodePlan) -> int:
     """Clusters (CTAs, for one CTA per split) of ``candidate``'s kernel configuration in one H200 wave."""
     assert candidate.head_tiles in decode.HEAD_TILES
     assert candidate.positions_per_split % (candidate.cluster_size * candidate.cta_chunk) == 0
-    if candidate.kernel in (decode.WIDE_KERNEL, decode.SWAP_AB_KERNEL):
+    if candidate.kernel in (decode.WIDE_KERNEL, decode.SWAP_AB_KERNEL, decode.TILE64_KERNEL):
         return H200_SMS  # one CTA per SM (registers and shared memory)
     if candidate.cluster_size == decode.CLUSTER_SIZE:
         return H200_CLUSTERS_PER_WAVE[candidate.cta_chunk]

@@ -27,7 +27,7 @@ namespace tile64 {
 constexpr int kHeads = kHeadTileRows * kHeadTiles;  // 64: the M of both products
 constexpr int kTile = kCtaChunk;                    // 64 positions
 constexpr int kGroupThreads = 128;                  // one warpgroup
-// Producer warpgroups: fp8_ds_mla 2 (they dequantize each tile together), bf16 1 (its copies land without it).
+// Producer warpgroups: fp8_ds_mla 2 (they dequantize each tile together), bf16 1 (cp.async alone).
 template <bool kFp8>
 constexpr int kProducerGroups = kFp8 ? 2 : 1;
 template <bool kFp8>
@@ -51,11 +51,11 @@ constexpr int kConsumerBarrier = 7;  // the consumers' 256 threads
 constexpr int kScorerBarrier = 8;    // warpgroup 0
 constexpr int kProducerBarrier = 9;  // the producers' threads
 
-// Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary: 227 KiB on
-// fp8_ds_mla at 2048 positions, the H200's most.
+// Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary: 227 KiB at 2048
+// positions, the H200's most.
 struct SharedLayout {
-  int q, tiles, alpha, stats, scales, rows, total;
-  __host__ __device__ explicit SharedLayout(int positions_per_split) {
+  int q = 0, tiles = 0, alpha = 0, stats = 0, scales = 0, rows = 0, total = 0;
+  __host__ __device__ constexpr explicit SharedLayout(int positions_per_split) {
     q = 0;                                  // kSlotAtoms atoms of the 64 query rows
     tiles = q + kSlotAtoms * kQAtomBytes;   // kStages tiles; P overwrites a stage's k_rope atom once scored
     alpha = tiles + kStages * kTileBytes;   // [kStages][64] fp32
@@ -65,6 +65,7 @@ struct SharedLayout {
     total = rows + positions_per_split * 4 + kAtomAlign;  // + alignment slack
   }
 };
+static_assert(SharedLayout(kMaxPositions).total <= 232448, "one split of kMaxPositions fits an H200 CTA (227 KiB)");
 
 // Two producer warpgroups on fp8_ds_mla, each slot dequantized in the stage it lands in: tile c's e4m3 c_kv
 // (64 x 512 bytes) lands in its stage's c_kv atoms 4..7, its scales in `scales`, its k_rope in the k_rope atom
@@ -73,7 +74,7 @@ struct SharedLayout {
 // issued once tile c is written and stage (c + 1) % 2 consumed.
 __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const int* rows, unsigned char* tiles,
                                             float* scales, int num_tiles) {
-  constexpr int kThreads = 2 * kGroupThreads, kThreadsPerSlot = kThreads / kTile;
+  constexpr int kThreads = kProducerGroups<true> * kGroupThreads, kThreadsPerSlot = kThreads / kTile;
   constexpr int kValuePieces = kKvLoraRank / 16, kPieces = kValuePieces + kRopeDim / 8;  // 32 + 8 of 16 bytes
   const int t = threadIdx.x % kThreads, lane = t % 32, warp = t / 32;
   auto issue = [&](int c) {

@@ -234,9 +234,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
   float out_acc[kOutTiles * 4];
 #pragma unroll
   for (int i = 0; i < kOutTiles * 4; ++i) out_acc[i] = 0.f;
-  // Rows group and group + 8 of this warp's heads: running max (base 2) and this lane's share of
-  // the running sum (its columns; the quad's shares are added at the end).
-  QuadRowSoftmax<kScoreTiles, kFp8> softmax;
+  QuadRowSoftmax<kScoreTiles, kFp8> softmax;  // rows group and group + 8 of this warp's heads
 
   // This warpgroup's operands of the score product (its 4 c_kv atoms and its half of the k_rope atom, of the
   // queries and of operand stage 0) and of P . V (its c_kv atoms of stage 0, MN-major: N-atoms

@@ -158,8 +158,8 @@ class DecodePlan:
 
     num_tokens: int
     num_heads: int
-    head_tiles: int  # heads per CTA = 16 * head_tiles, in HEAD_TILES (4: the wide kernel)
-    cta_chunk: int  # positions per pipeline stage of one CTA, in CTA_CHUNKS
+    head_tiles: int  # heads per CTA = 16 * head_tiles, in HEAD_TILES (4: the wide and tile64 kernels)
+    cta_chunk: int  # positions per pipeline stage of one CTA, in CTA_CHUNKS (the swap-AB and tile64 kernels: 64)
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
     positions_per_split: int  # multiple of cluster_size * cta_chunk
