@@ -12,6 +12,18 @@
 namespace sparse_mla {
 namespace decode {
 
+// The first byte of the cache slot of `row` (block row / 64, slot row % 64) on the bf16 cache or (kFp8) the
+// fp8_ds_mla one; for a masked row (< 0) the cache's first slot: a valid address, never read.
+template <bool kFp8>
+__device__ __forceinline__ const unsigned char* cache_slot(const SparseDecodeParams& p, int row) {
+  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
+  const auto* slot = static_cast<const unsigned char*>(p.kv_cache);
+  if (row >= 0)
+    slot += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
+             static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
+  return slot;
+}
+
 // Issues the cp.async copies of kChunk whole slots, as stored in the cache (1152-byte bf16 or
 // 656-byte fp8_ds_mla), rows[0..kChunk) of them, by the kBlockThreads threads running it (the CTA's,
 // or one warpgroup's: consecutive threads): kBlockThreads / kChunk consecutive threads copy one slot,
@@ -22,14 +34,9 @@ template <int kChunk, bool kFp8, int kBlockThreads = kThreads, typename Destinat
 __device__ __forceinline__ void gather_chunk(const SparseDecodeParams& p, const int* rows, Destination destination) {
   constexpr int kThreadsPerSlot = kBlockThreads / kChunk;
   constexpr int kSlotPieces = (kFp8 ? kFp8SlotBytes : kSlotElems * 2) / 16;
-  constexpr int kElemBytes = kFp8 ? 1 : 2;  // the cache's strides count elements of its dtype
   const int tid = threadIdx.x % kBlockThreads, r = tid / kThreadsPerSlot;
   const int row = rows[r];
-  // Masked rows: the cache's first slot, a valid address (its pieces lie within it), nothing read.
-  const auto* src = static_cast<const unsigned char*>(p.kv_cache);
-  if (row >= 0)
-    src += (static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-            static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride) * kElemBytes;
+  const unsigned char* src = cache_slot<kFp8>(p, row);  // masked rows: its pieces lie within the first slot
 #pragma unroll
   for (int part = tid % kThreadsPerSlot; part < kSlotPieces; part += kThreadsPerSlot)
     cp_async_16(destination(r, part), src + part * 16, row >= 0);

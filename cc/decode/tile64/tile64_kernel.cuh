@@ -81,11 +81,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     unsigned char* tile = tiles + (c % kStages) * kTileBytes;
     unsigned char* raw = tile + 4 * kTileAtomBytes;
     const int r = t / kThreadsPerSlot, row = rows[c * kTile + r];
-    // Masked rows: the cache's first slot, a valid address, nothing read (zero-filled).
-    const auto* src = static_cast<const unsigned char*>(p.kv_cache);
-    if (row >= 0)
-      src += static_cast<int64_t>(row / kBlockSize) * p.kv_block_stride +
-             static_cast<int64_t>(row % kBlockSize) * p.kv_slot_stride;
+    const unsigned char* src = cache_slot<true>(p, row);  // masked rows: zero-filled, never read
 #pragma unroll
     for (int piece = t % kThreadsPerSlot; piece < kPieces; piece += kThreadsPerSlot) {
       if (piece < kValuePieces)
