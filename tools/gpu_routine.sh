@@ -29,7 +29,8 @@
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
 #   wgmma_probe: tools/wgmma_probe/run.sh (the swap-AB consumer's wgmma cycles by operand pattern and warpgroups)
 #   into $out/wgmma_probe.csv; needs nvcc only.
-#   racecheck: the decode kernels' GPU tests (the swap-AB kernel's, a subset of the others') under racecheck.
+#   racecheck: the decode kernels' GPU tests (the tile64 and swap-AB kernels', a subset of the others') under racecheck;
+#   RACECHECK_TESTS / RACECHECK_SELECT narrow it (the whole selection takes more than one 600 s call).
 #   (tools/racecheck_probe/run.sh: racecheck on the swap-AB kernel's barrier protocol alone, every value checked.)
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
 #   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
@@ -252,9 +253,10 @@ for step in "${steps[@]}"; do
       # Shared-memory hazards of our decode kernels (compute-sanitizer racecheck): the swap-AB kernel's tests
       # and a subset of the 16/32-, 64-head and tile64 kernels' (the split counts and cache formats of each shape).
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
-      PYTHONPATH=py:tests compute-sanitizer --tool racecheck --target-processes all \
-        python3 -m pytest -q tests/ops/test_decode_swap_ab_gpu.py tests/ops/test_decode_gpu.py tests/ops/test_decode_tile64_gpu.py \
-        -k "swap_ab or test_any_split_count or (test_wide_kernel_matches_reference and (fp8_ds_mla-3- or bf16-8-)) or test_each_head_count or test_top_k_rows" \
+      # RACECHECK_TESTS (test files) and RACECHECK_SELECT (a pytest -k expression) narrow it, e.g. to one kernel's.
+      read -ra racecheck_tests <<< "${RACECHECK_TESTS:-tests/ops/test_decode_tile64_gpu.py tests/ops/test_decode_swap_ab_gpu.py tests/ops/test_decode_gpu.py}"
+      PYTHONPATH=py:tests compute-sanitizer --tool racecheck --target-processes all python3 -m pytest -q "${racecheck_tests[@]}" \
+        -k "${RACECHECK_SELECT:-swap_ab or test_any_split_count or (test_wide_kernel_matches_reference and (fp8_ds_mla-3- or bf16-8-)) or test_each_head_count or test_top_k_rows}" \
         > "$out/racecheck.log" 2>&1
       echo "racecheck: rc=$? $(grep -E 'RACECHECK SUMMARY' "$out/racecheck.log" | sort | uniq -c | tr '\n' ' ') $(tail -1 "$out/racecheck.log")" | tee -a "$out/summary.txt"
       ;;
