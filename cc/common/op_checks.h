@@ -1,6 +1,8 @@
 // Argument checks of our torch ops: each error names the argument and gives what was expected and
-// what was given. They throw std::invalid_argument, which PyTorch raises in Python as ValueError, and
-// take torch::stable::Tensor (the stable-ABI decode ops) and at::Tensor (the FA3 route's op) alike.
+// what was given, after "sparse_mla: argument '<name>'". They throw std::invalid_argument, which PyTorch raises in
+// Python as ValueError (from torch 2.15, for a stable-ABI op, as RuntimeError: sparse_mla.ops.library.call_op
+// maps those back by that prefix), and take torch::stable::Tensor (the stable-ABI decode ops) and at::Tensor (the
+// FA3 route's op) alike.
 // A failed CUDA call is a std::runtime_error (RuntimeError).
 #pragma once
 

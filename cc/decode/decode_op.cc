@@ -110,9 +110,9 @@ void fwd(const Tensor& q_nope, const Tensor& q_rope, const Tensor& kv_cache, con
   const int shared = shared_memory_bytes(plan.kernel, static_cast<int>(plan.head_tiles),
                                          static_cast<int>(plan.cta_chunk), kv_fp8, static_cast<int>(plan.cluster_size),
                                          static_cast<int>(plan.positions_per_split));
-  SPARSE_MLA_CHECK_ARG(shared <= max_shared, "sparse_mla: the decode kernel needs ", shared,
+  SPARSE_MLA_CHECK_ARG(shared <= max_shared, "sparse_mla: argument 'plan' needs ", shared,
                        " bytes of shared memory per block for head_tiles=", plan.head_tiles, ", positions_per_split=",
-                       plan.positions_per_split, " (argument 'plan'); this device allows ", max_shared);
+                       plan.positions_per_split, "; this device allows ", max_shared);
 
   SparseDecodeParams p{};
   p.q_nope = q_nope.data_ptr();

@@ -30,7 +30,8 @@ void token_metadata(const Tensor& query_start_loc, const Tensor& seq_lens, int64
   check_tensor("seq_lens", seq_lens, ScalarType::Int, device, {num_reqs});
   check_tensor("query_start_loc", query_start_loc, ScalarType::Int, device, {num_reqs + 1});
   SPARSE_MLA_CHECK_ARG(0 <= num_tokens && num_tokens <= end,
-                       "sparse_mla: expected 0 <= num_tokens <= end, got num_tokens ", num_tokens, ", end ", end);
+                       "sparse_mla: argument 'num_tokens' expected 0 <= num_tokens <= end, got num_tokens ",
+                       num_tokens, ", end ", end);
   SPARSE_MLA_CHECK_ARG(index_topk >= 1, "sparse_mla: argument 'index_topk' expected >= 1, got ", index_topk);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"req_id", req_id},
                                 {"token_kv_len", token_kv_len},

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sparse_mla.ops import decode
+from sparse_mla.ops.library import call_op
 from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
 
 
@@ -172,7 +173,7 @@ def test_op_refuses_the_tile64_kernel_with_another_shape_or_splits():
 @pytest.mark.parametrize("value", [[], BASE.op_value()[:-1], BASE.op_value() + [0]])
 def test_op_refuses_a_plan_value_of_another_length(value):
     with pytest.raises(ValueError, match=r"argument 'plan' expected 8 entries \(kernel, num_tokens, "):
-        torch.ops.sparse_mla_decode.workspace_layout(value)
+        call_op(torch.ops.sparse_mla_decode.workspace_layout, value)
 
 
 def test_fwd_takes_cuda_tensors_only():

@@ -83,3 +83,23 @@ def test_availability_is_per_device(hopper_and_ampere, op):
     assert route.is_available(1) == on_ampere and route.is_available(0) == on_hopper
     assert not routing.serves(route.name, device_index=1)
     assert routing.runnable("decode", device_index=1) == "triton", "cuda:1 runs neither our kernels nor FA3"
+
+
+def _raising(error):
+    def op(*args):
+        raise error
+    return op
+
+
+def test_call_op_raises_argument_errors_as_value_errors():
+    """From torch 2.15 a stable-ABI op's std::invalid_argument reaches Python as RuntimeError: call_op raises it as
+    ValueError with the op's message; any other error, and an op's result, pass through unchanged."""
+    message = "sparse_mla: argument 'plan' expected 8 entries, got 0"
+    with pytest.raises(ValueError) as raised:
+        library.call_op(_raising(RuntimeError(message)), [])
+    assert str(raised.value) == message
+    with pytest.raises(ValueError, match="^sparse_mla: argument 'q_nope' expected dtype"):
+        library.call_op(_raising(ValueError("sparse_mla: argument 'q_nope' expected dtype BFloat16, got Float")))
+    with pytest.raises(RuntimeError, match="^sparse_mla: cudaLaunchKernel failed"):
+        library.call_op(_raising(RuntimeError("sparse_mla: cudaLaunchKernel failed: invalid argument")))
+    assert library.call_op(lambda *args: list(args), 1, 2) == [1, 2]

@@ -6,8 +6,9 @@ For each stable-ABI library of the wheel: it lies in the installed package and s
 there; it references no symbol of libtorch's C++ API (only the stable C shim); torch.ops.load_library
 loads it; every op its sources define (m.def in cc/) is registered with exactly that schema, and each
 op its sources implement for CUDA has a CUDA kernel; the decode library's host-only op (the workspace
-layout of a plan, int[] in and out) answers and refuses a bad plan with a ValueError naming it. Exits
-non-zero naming the first failure.
+layout of a plan, int[] in and out) answers and, called as the package calls its ops
+(``sparse_mla.ops.library.call_op``), refuses a bad plan with a ValueError naming it. Exits non-zero naming the
+first failure.
 """
 
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from sparse_mla.ops import decode
-from sparse_mla.ops.library import library_path
+from sparse_mla.ops.library import call_op, library_path
 
 STABLE_LIBRARIES = {
     decode.LIBRARY_NAME: (decode.LIBRARY_ENV, ["cc/decode/decode_op.cc", "cc/metadata/token_metadata_op.cc"]),
@@ -74,11 +75,12 @@ def check(root: Path) -> None:
 
 
 def check_workspace_layout() -> None:
-    """The plan value and the layout cross the stable ABI as int lists in this torch too."""
+    """The plan value and the layout cross the stable ABI as int lists in this torch too, and an argument error
+    reaches the package's caller as ValueError (from torch 2.15 the op itself raises RuntimeError)."""
     layout = decode.workspace_layout(decode.plan(1, 16, 132))
     assert 0 < layout.partial_out_offset < layout.partial_lse_offset < layout.total_bytes, layout
     try:
-        torch.ops.sparse_mla_decode.workspace_layout([])
+        call_op(torch.ops.sparse_mla_decode.workspace_layout, [])
     except ValueError as error:
         assert "argument 'plan'" in str(error), error
     else:

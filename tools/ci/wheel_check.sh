@@ -2,10 +2,11 @@
 # The wheel's CI check (.ci/run calls it; CPU machine, no GPU):
 #   1. tools/build_wheel.py builds the wheel: the stable-ABI decode library compiled for sm_90a (FA3
 #      needs sgl-attn's sources and is built on the H200 only: tools/gpu_routine.sh wheel).
-#   2. In a fresh virtual environment per torch (2.14.1 CUDA build, 2.13.0 CPU build, both on local
-#      disk), `pip install <wheel>` next to that torch, then tools/ci/check_wheel.py: the library is
-#      found in the installed package, uses only the stable ABI, loads, and registers every op of
-#      its sources with that schema.
+#   2. In a fresh virtual environment per torch (2.15.0 CUDA build from PyPI; 2.14.1 CUDA build and
+#      2.13.0 CPU build, both on local disk), `pip install <wheel>` next to that torch, then
+#      tools/ci/check_wheel.py: the library is found in the installed package, uses only the stable ABI,
+#      loads, and registers every op of its sources with that schema; then the op-level CPU tests
+#      (tests/ops/test_decode_{workspace,plan}.py, test_op_library.py) against the installed package.
 #   3. vLLM 0.33.0 from PyPI in the torch 2.14 environment, and
 #      tests/vllm_adapter/test_vllm_signatures.py against it. vLLM 0.33.0 pins torch==2.14.0, so it is
 #      installed without dependencies and then its declared dependencies, less the torch family and the
@@ -34,16 +35,23 @@ else
 fi
 
 rc=0
-for torch_spec in torch==2.14.1 torch==2.13.0; do
+op_tests=("$root"/tests/ops/test_decode_workspace.py "$root"/tests/ops/test_decode_plan.py "$root"/tests/ops/test_op_library.py)
+for torch_spec in torch==2.15.0 torch==2.14.1 torch==2.13.0; do
   venv=$work/venv-$torch_spec
   python3 -m venv "$venv"
-  # torch 2.13 as the CPU suite has it (triton too, by tools/ci/requirements.txt's pins); 2.14.1 brings its own.
+  # torch 2.13 as the CPU suite has it (triton too, by tools/ci/requirements.txt's pins); the others bring their own.
   constraints=()
   [ "$torch_spec" = torch==2.13.0 ] && constraints=(-c "$root/tools/ci/requirements.txt")
-  pip_install "$venv/bin/pip" install "${constraints[@]}" "$torch_spec" "$wheel"
+  if [ "$torch_spec" = torch==2.15.0 ]; then
+    # Past the cap a machine's pip configuration may set (/etc/xdg/pip: the releases on its disk): unread here.
+    PIP_CONFIG_FILE=/dev/null pip_install "$venv/bin/pip" install "$torch_spec" "$wheel" pytest
+  else
+    pip_install "$venv/bin/pip" install "${constraints[@]}" "$torch_spec" "$wheel" pytest
+  fi
   "$venv/bin/python" -c "import torch; assert torch.__version__.startswith('${torch_spec#torch==}'), torch.__version__"
   phase "$torch_spec and the wheel installed"
   (cd "$work" && "$venv/bin/python" "$root/tools/ci/check_wheel.py" "$root") || rc=1
+  (cd "$work" && PYTHONPATH=$root/tests "$venv/bin/python" -m pytest -q -p no:cacheprovider "${op_tests[@]}") || rc=1
   phase "$torch_spec checked"
 done
 

@@ -34,7 +34,7 @@ import torch
 
 from sparse_mla.checks import check_num_heads
 from sparse_mla.constants import INDEX_TOPK
-from sparse_mla.ops.library import Availability, load_once, op_availability, tensor_device_index
+from sparse_mla.ops.library import Availability, call_op, load_once, op_availability, tensor_device_index
 from sparse_mla.topk_filter import NO_DCP, DcpShard
 
 # The tuning constants below each say why in a line; docs/decode-tuning.md has the H200 measurements behind them.
@@ -452,7 +452,7 @@ def workspace_layout(plan: DecodePlan) -> WorkspaceLayout:
         ``plan`` is not one the kernels are built for (the message names the field).
     """
     _load_host_ops()
-    return WorkspaceLayout(*torch.ops.sparse_mla_decode.workspace_layout(plan.op_value()))
+    return WorkspaceLayout(*call_op(torch.ops.sparse_mla_decode.workspace_layout, plan.op_value()))
 
 
 def workspace_bytes(plan: DecodePlan) -> int:
@@ -539,7 +539,7 @@ def _max_active_clusters(configuration: DecodePlan, device_index: int) -> int:
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
     with torch.cuda.device(device_index):
-        return torch.ops.sparse_mla_decode.max_active_clusters(configuration.op_value(), False)
+        return call_op(torch.ops.sparse_mla_decode.max_active_clusters, configuration.op_value(), False)
 
 
 def cluster_capacity(device_index: int) -> Callable[[DecodePlan], int]:
@@ -650,8 +650,8 @@ def sparse_mla_decode(
     availability = is_available(tensor_device_index(q_nope))
     if not availability:
         raise RuntimeError(f"sparse_mla: the decode kernel is not available: {availability.reason}")
-    torch.ops.sparse_mla_decode.fwd(
-        q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table, softmax_scale, plan.op_value(),
-        out, lse, workspace, topk_length, dcp.rank, dcp.world_size, dcp.interleave,
+    call_op(
+        torch.ops.sparse_mla_decode.fwd, q_nope, q_rope, kv_cache, topk_indices, req_id, token_kv_len, block_table,
+        softmax_scale, plan.op_value(), out, lse, workspace, topk_length, dcp.rank, dcp.world_size, dcp.interleave,
     )
     return out

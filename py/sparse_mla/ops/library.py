@@ -126,3 +126,19 @@ def load_once(name: str, env: str, register_fake: Callable[[], None], torch_boun
         return Availability(False, f"loading {path} failed: {error}")
     register_fake()
     return Availability(True)
+
+
+ARGUMENT_ERROR_PREFIX = "sparse_mla: argument '"
+"""How every argument error of our ops begins (``SPARSE_MLA_CHECK_ARG`` in cc/common/op_checks.h)."""
+
+
+def call_op(op: Callable, *args):
+    """``op(*args)`` for an op of the decode library (PyTorch's stable ABI), its argument errors raised as
+    ValueError on every torch: they are std::invalid_argument, which PyTorch up to 2.14 raises as ValueError
+    and 2.15 as RuntimeError with the same message (measured with torch 2.15.0, tools/ci/wheel_check.sh)."""
+    try:
+        return op(*args)
+    except RuntimeError as error:
+        if str(error).startswith(ARGUMENT_ERROR_PREFIX):
+            raise ValueError(str(error)) from None
+        raise

@@ -9,6 +9,7 @@ what keeps ``build``'s host time near a bare op's.
 import torch
 
 from sparse_mla.ops import decode
+from sparse_mla.ops.library import call_op
 
 is_available = decode.is_available
 """The op is in the decode kernel's library: available exactly where that is."""
@@ -49,5 +50,5 @@ def token_metadata(
         A tensor's dtype, shape or device, or the sizes, are wrong (checked in the op before the launch;
         a stable-ABI op raises no TypeError).
     """
-    torch.ops.sparse_mla_decode.token_metadata(query_start_loc, seq_lens, num_tokens, end, index_topk, req_id,
-                                               token_kv_len, kv_len_bound)
+    call_op(torch.ops.sparse_mla_decode.token_metadata, query_start_loc, seq_lens, num_tokens, end, index_topk, req_id,
+            token_kv_len, kv_len_bound)
