@@ -6,7 +6,7 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time] [libs_ab]
 #        [decode] [memcheck] [racecheck] [ncu] [wgmma_probe] [-- extra bench flags]
 #   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
 #   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
@@ -21,6 +21,10 @@
 #   ab: the routed forward of an earlier tree and its libraries (.device/old/{py,tests,tools}, .device/libs_before)
 #   against this tree's, alternating $AB_ROUNDS times (2), both cache formats, at $AB_HEADS x $AB_TOKENS;
 #   new / old per cell (tools/ab_compare.py).
+#   libs_ab: decode op libraries built elsewhere (.device/libs_NAME/libsparse_mla_decode.so, NAME in $AB_LIBS, the
+#   first the baseline) on the decode path, in turn for $AB_ROUNDS rounds (2; the first checked against float32), at
+#   $AB_HEADS (64,128) x $AB_TOKENS (64,128,512), both cache formats; then the tile64 kernel's GPU tests against each
+#   library but the first; tools/ab_compare.py prints each library / the first per cell.
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -194,6 +198,29 @@ for step in "${steps[@]}"; do
       runs() { seq "$rounds" | sed "s|.*|$out/ab/$1.&/bench.csv|" | paste -sd,; }
       python3 tools/ab_compare.py "$(runs old)" "$(runs new)" | tee "$out/ab/compare.txt"
       echo "ab: rc=${PIPESTATUS[0]}" | tee -a "$out/summary.txt"
+      ;;
+    libs_ab)
+      read -ra ab_libs <<< "${AB_LIBS:?libs_ab needs AB_LIBS, the names of .device/libs_NAME, the baseline first}"
+      mkdir -p "$out/libs_ab"
+      for round in $(seq "${AB_ROUNDS:-2}"); do
+        check=--nocheck
+        [ "$round" = 1 ] && check=--check
+        for name in "${ab_libs[@]}"; do
+          SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
+            python3 tools/bench.py --paths=decode --heads="${AB_HEADS:-64,128}" --tokens="${AB_TOKENS:-64,128,512}" \
+            --replays=15 $check --git_revision="$name" --out_dir="$out/libs_ab/$name.$round" \
+            > "$out/libs_ab/$name.$round.log" 2>&1 || status=1
+        done
+      done
+      runs() { seq "${AB_ROUNDS:-2}" | sed "s|.*|$out/libs_ab/$1.&/bench.csv|" | paste -sd,; }
+      for name in "${ab_libs[@]:1}"; do
+        echo "libs_ab: $name / ${ab_libs[0]}" | tee -a "$out/libs_ab/compare.txt"
+        python3 tools/ab_compare.py "$(runs "${ab_libs[0]}")" "$(runs "$name")" --columns=decode_us,decode_fp8_us |
+          tee -a "$out/libs_ab/compare.txt"
+        SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
+          python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py > "$out/libs_ab/$name.tests.log" 2>&1
+        echo "libs_ab: $name tile64 tests: rc=$? $(tail -1 "$out/libs_ab/$name.tests.log")" | tee -a "$out/summary.txt"
+      done
       ;;
     host_time)
       mkdir -p "$out/host"

@@ -51,46 +51,52 @@ constexpr int kConsumerBarrier = 7;  // the consumers' 256 threads
 constexpr int kScorerBarrier = 8;    // warpgroup 0
 constexpr int kProducerBarrier = 9;  // the producers' threads
 
-// Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary: 227 KiB at 2048
-// positions, the H200's most.
+// Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary: 226 KiB at 2048
+// positions (Hopper allows 227 KiB a CTA).
 struct SharedLayout {
-  int q = 0, tiles = 0, alpha = 0, stats = 0, scales = 0, rows = 0, total = 0;
+  int q = 0, tiles = 0, alpha = 0, stats = 0, rows = 0, total = 0;
   __host__ __device__ constexpr explicit SharedLayout(int positions_per_split) {
     q = 0;                                  // kSlotAtoms atoms of the 64 query rows
     tiles = q + kSlotAtoms * kQAtomBytes;   // kStages tiles; P overwrites a stage's k_rope atom once scored
     alpha = tiles + kStages * kTileBytes;   // [kStages][64] fp32
     stats = alpha + kStages * kHeads * 4;   // [64] 1 / sum, [64] base-2 LSE
-    scales = stats + 2 * kHeads * 4;        // fp8_ds_mla: [64][4] fp32 of the tile being dequantized
-    rows = scales + kTile * 16;             // [positions_per_split] int32
+    rows = stats + 2 * kHeads * 4;          // [positions_per_split] int32
     total = rows + positions_per_split * 4 + kAtomAlign;  // + alignment slack
   }
 };
 static_assert(SharedLayout(kMaxPositions).total <= 232448, "one split of kMaxPositions fits an H200 CTA (227 KiB)");
 
 // Two producer warpgroups on fp8_ds_mla, each slot dequantized in the stage it lands in: tile c's e4m3 c_kv
-// (64 x 512 bytes) lands in its stage's c_kv atoms 4..7, its scales in `scales`, its k_rope in the k_rope atom
-// (cp.async: no registers hold bytes in flight); then warp w (of 8) reads rows [8 w, 8 w + 8) (lane l: bytes
-// [16 l, 16 l + 16) of each) and, once every warp has read, writes them as bf16 to atoms 0..7. Tile c + 1 is
-// issued once tile c is written and stage (c + 1) % 2 consumed.
+// (64 x 512 bytes) lands in its stage's c_kv atoms 4..7, its scales ([64][4] fp32) in atom 0, its k_rope in the
+// k_rope atom (cp.async: no registers hold bytes in flight); then warp w (of 8) reads rows [8 w, 8 w + 8) (lane l:
+// bytes [16 l, 16 l + 16) of each) and their scales and, once every warp has read, writes them as bf16 to atoms
+// 0..7. Tile c + 1 is issued once tile c is written and stage (c + 1) % 2 consumed (issued before tile c's
+// dequantization, it makes the consumers wait for it: docs/decode-kernels.md).
 __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const int* rows, unsigned char* tiles,
-                                            float* scales, int num_tiles) {
-  constexpr int kThreads = kProducerGroups<true> * kGroupThreads, kThreadsPerSlot = kThreads / kTile;
+                                            int num_tiles) {
+  constexpr int kThreads = kProducerGroups<true> * kGroupThreads;
+  // 8 threads a slot, 32 slots a pass: a warp's copies read 128 contiguous bytes of each of 4 slots (4 threads a
+  // slot, 8 slots a warp, was 5-9 % slower: docs/decode-tuning.md).
+  constexpr int kThreadsPerSlot = 8, kSlotsPerPass = kThreads / kThreadsPerSlot;
   constexpr int kValuePieces = kKvLoraRank / 16, kPieces = kValuePieces + kRopeDim / 8;  // 32 + 8 of 16 bytes
   const int t = threadIdx.x % kThreads, lane = t % 32, warp = t / 32;
   auto issue = [&](int c) {
     unsigned char* tile = tiles + (c % kStages) * kTileBytes;
     unsigned char* raw = tile + 4 * kTileAtomBytes;
-    const int r = t / kThreadsPerSlot, row = rows[c * kTile + r];
-    const unsigned char* src = cache_slot<true>(p, row);  // masked rows: zero-filled, never read
 #pragma unroll
-    for (int piece = t % kThreadsPerSlot; piece < kPieces; piece += kThreadsPerSlot) {
-      if (piece < kValuePieces)
-        cp_async_16(raw + r * kKvLoraRank + 16 * piece, src + 16 * piece, row >= 0);
-      else
-        cp_async_16(tile + atom_offset(r, kKvLoraRank + 8 * (piece - kValuePieces), kTile),
-                    src + kFp8RopeOffset + 16 * (piece - kValuePieces), row >= 0);
+    for (int first = 0; first < kTile; first += kSlotsPerPass) {
+      const int r = first + t / kThreadsPerSlot, row = rows[c * kTile + r];
+      const unsigned char* src = cache_slot<true>(p, row);  // masked rows: zero-filled, never read
+#pragma unroll
+      for (int piece = t % kThreadsPerSlot; piece < kPieces; piece += kThreadsPerSlot) {
+        if (piece < kValuePieces)
+          cp_async_16(raw + r * kKvLoraRank + 16 * piece, src + 16 * piece, row >= 0);
+        else
+          cp_async_16(tile + atom_offset(r, kKvLoraRank + 8 * (piece - kValuePieces), kTile),
+                      src + kFp8RopeOffset + 16 * (piece - kValuePieces), row >= 0);
+      }
+      if (t % kThreadsPerSlot == 0) cp_async_16(tile + 16 * r, src + kFp8ScalesOffset, row >= 0);
     }
-    if (t % kThreadsPerSlot == 0) cp_async_16(scales + 4 * r, src + kFp8ScalesOffset, row >= 0);
   };
   if (num_tiles > 0) issue(0);
   cp_async_commit();
@@ -105,9 +111,9 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
     for (int i = 0; i < 8; ++i) {
       const int r = 8 * warp + i;
       values[i] = *reinterpret_cast<const uint4*>(raw + r * kKvLoraRank + 16 * lane);
-      scale[i] = scales[4 * r + lane / 8];
+      scale[i] = reinterpret_cast<const float*>(tile)[4 * r + lane / 8];
     }
-    sync_named(kProducerBarrier, kThreads);  // every warp has read atoms 4..7 before they are overwritten
+    sync_named(kProducerBarrier, kThreads);  // every warp has read atoms 4..7 and the scales before they are overwritten
     // Lanes of odd atoms store their halves the other way round: a quarter warp's stores meet 8 bank groups.
     const int col = 16 * lane;
     const bool swapped = (lane / 4) % 2;
@@ -156,7 +162,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_tile64_k
     translate_positions<kProducerThreads>(p, token, 0, positions, rows);
     sync_named(kProducerBarrier, kProducerThreads);
     if constexpr (kFp8)
-      produce_fp8(p, rows, tiles, reinterpret_cast<float*>(smem + layout.scales), num_tiles);
+      produce_fp8(p, rows, tiles, num_tiles);
     else
       produce_bf16_tiles<kTile, kStages, kFullBarrier, kEmptyBarrier, kBlockThreads<false>>(p, rows, tiles, num_tiles);
     return;
