@@ -219,7 +219,9 @@ for step in "${steps[@]}"; do
           tee -a "$out/libs_ab/compare.txt"
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
           python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py > "$out/libs_ab/$name.tests.log" 2>&1
-        echo "libs_ab: $name tile64 tests: rc=$? $(tail -1 "$out/libs_ab/$name.tests.log")" | tee -a "$out/summary.txt"
+        rc=$?
+        echo "libs_ab: $name tile64 tests: rc=$rc $(tail -1 "$out/libs_ab/$name.tests.log")" | tee -a "$out/summary.txt"
+        [ "$rc" -eq 0 ] || status=$rc
       done
       ;;
     host_time)

@@ -76,7 +76,7 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
                                             int num_tiles) {
   constexpr int kThreads = kProducerGroups<true> * kGroupThreads;
   // 8 threads a slot, 32 slots a pass: a warp's copies read 128 contiguous bytes of each of 4 slots (4 threads a
-  // slot, 8 slots a warp, was 5-9 % slower: docs/decode-tuning.md).
+  // slot, 8 slots a warp, was 5-9 % slower: docs/decode-kernels.md).
   constexpr int kThreadsPerSlot = 8, kSlotsPerPass = kThreads / kThreadsPerSlot;
   constexpr int kValuePieces = kKvLoraRank / 16, kPieces = kValuePieces + kRopeDim / 8;  // 32 + 8 of 16 bytes
   const int t = threadIdx.x % kThreads, lane = t % 32, warp = t / 32;
