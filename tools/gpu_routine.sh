@@ -75,6 +75,8 @@ test_counts() {
     echo "  ${name%/test.log}: $(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)"
   done | tee -a "$out/summary.txt"
 }
+# The bench.csv of rounds 1..ROUNDS of NAME under DIR (DIR/NAME.ROUND/), comma-separated: round_csvs DIR NAME ROUNDS.
+round_csvs() { seq "$3" | sed "s|.*|$1/$2.&/bench.csv|" | paste -sd,; }
 status=0
 for step in "${steps[@]}"; do
   case "$step" in
@@ -195,8 +197,8 @@ for step in "${steps[@]}"; do
           SPARSE_MLA_FA3_LIBRARY=${SPARSE_MLA_FA3_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_fa3.so} PYTHONPATH=py:tests \
           python3 tools/bench.py "${cells[@]}" --out_dir="$out/ab/new.$round" > "$out/ab/new.$round.log" 2>&1 || status=1
       done
-      runs() { seq "$rounds" | sed "s|.*|$out/ab/$1.&/bench.csv|" | paste -sd,; }
-      python3 tools/ab_compare.py "$(runs old)" "$(runs new)" | tee "$out/ab/compare.txt"
+      python3 tools/ab_compare.py "$(round_csvs "$out/ab" old "$rounds")" "$(round_csvs "$out/ab" new "$rounds")" |
+        tee "$out/ab/compare.txt"
       echo "ab: rc=${PIPESTATUS[0]}" | tee -a "$out/summary.txt"
       ;;
     libs_ab)
@@ -212,10 +214,10 @@ for step in "${steps[@]}"; do
             > "$out/libs_ab/$name.$round.log" 2>&1 || status=1
         done
       done
-      runs() { seq "${AB_ROUNDS:-2}" | sed "s|.*|$out/libs_ab/$1.&/bench.csv|" | paste -sd,; }
       for name in "${ab_libs[@]:1}"; do
         echo "libs_ab: $name / ${ab_libs[0]}" | tee -a "$out/libs_ab/compare.txt"
-        python3 tools/ab_compare.py "$(runs "${ab_libs[0]}")" "$(runs "$name")" --columns=decode_us,decode_fp8_us |
+        python3 tools/ab_compare.py "$(round_csvs "$out/libs_ab" "${ab_libs[0]}" "${AB_ROUNDS:-2}")" \
+          "$(round_csvs "$out/libs_ab" "$name" "${AB_ROUNDS:-2}")" --columns=decode_us,decode_fp8_us |
           tee -a "$out/libs_ab/compare.txt"
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
           python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py > "$out/libs_ab/$name.tests.log" 2>&1
