@@ -203,8 +203,9 @@ for step in "${steps[@]}"; do
       ;;
     libs_ab)
       read -ra ab_libs <<< "${AB_LIBS:?libs_ab needs AB_LIBS, the names of .device/libs_NAME, the baseline first}"
+      rounds=${AB_ROUNDS:-2}
       mkdir -p "$out/libs_ab"
-      for round in $(seq "${AB_ROUNDS:-2}"); do
+      for round in $(seq "$rounds"); do
         check=--nocheck
         [ "$round" = 1 ] && check=--check
         for name in "${ab_libs[@]}"; do
@@ -216,8 +217,8 @@ for step in "${steps[@]}"; do
       done
       for name in "${ab_libs[@]:1}"; do
         echo "libs_ab: $name / ${ab_libs[0]}" | tee -a "$out/libs_ab/compare.txt"
-        python3 tools/ab_compare.py "$(round_csvs "$out/libs_ab" "${ab_libs[0]}" "${AB_ROUNDS:-2}")" \
-          "$(round_csvs "$out/libs_ab" "$name" "${AB_ROUNDS:-2}")" --columns=decode_us,decode_fp8_us |
+        python3 tools/ab_compare.py "$(round_csvs "$out/libs_ab" "${ab_libs[0]}" "$rounds")" \
+          "$(round_csvs "$out/libs_ab" "$name" "$rounds")" --columns=decode_us,decode_fp8_us |
           tee -a "$out/libs_ab/compare.txt"
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
           python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py > "$out/libs_ab/$name.tests.log" 2>&1

@@ -87,7 +87,8 @@ of at most :data:`TILE64_MAX_POSITIONS` positions. The plan takes it where the w
 TILE64_CTA_CHUNK = 64
 
 TILE64_MAX_POSITIONS = 2048
-"""The tile64 kernel's most positions (``tile64::kMaxPositions``): its slot ids fill 8 KiB of its 226 KiB (227 KiB a CTA on Hopper)."""
+"""The tile64 kernel's most positions (``tile64::kMaxPositions``): its slot ids fill 8 KiB of its 226 KiB of shared
+memory (Hopper allows 227 KiB a CTA)."""
 
 SWAP_AB_MIN_TOKENS = 16
 """The plan takes the swap-AB kernel for ``N <= 16`` from this ``T`` on (below, the 16/32-head kernel's clusters
