@@ -24,7 +24,8 @@
 #   libs_ab: decode op libraries built elsewhere (.device/libs_NAME/libsparse_mla_decode.so, NAME in $AB_LIBS, the
 #   first the baseline) on the decode path, in turn for $AB_ROUNDS rounds (2; the first checked against float32), at
 #   $AB_HEADS (64,128) x $AB_TOKENS (64,128,512), both cache formats; then the tile64 kernel's GPU tests against each
-#   library but the first; tools/ab_compare.py prints each library / the first per cell.
+#   library but the first; tools/ab_compare.py prints each library / the first per cell (into libs_ab_compare.txt);
+#   each run stops after $AB_TIMEOUT s (120: a library that hangs); the runs' files are packed into libs_ab.tgz.
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -209,9 +210,10 @@ for step in "${steps[@]}"; do
         check=--nocheck
         [ "$round" = 1 ] && check=--check
         for name in "${ab_libs[@]}"; do
-          SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
-            python3 tools/bench.py --paths=decode --heads="${AB_HEADS:-64,128}" --tokens="${AB_TOKENS:-64,128,512}" \
-            --replays=15 $check --git_revision="$name" --out_dir="$out/libs_ab/$name.$round" \
+          SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests \
+            timeout "${AB_TIMEOUT:-120}" python3 tools/bench.py --paths=decode --heads="${AB_HEADS:-64,128}" \
+            --tokens="${AB_TOKENS:-64,128,512}" --replays=15 $check --git_revision="$name" \
+            --out_dir="$out/libs_ab/$name.$round" \
             > "$out/libs_ab/$name.$round.log" 2>&1 || status=1
         done
       done
@@ -220,12 +222,16 @@ for step in "${steps[@]}"; do
         python3 tools/ab_compare.py "$(round_csvs "$out/libs_ab" "${ab_libs[0]}" "$rounds")" \
           "$(round_csvs "$out/libs_ab" "$name" "$rounds")" --columns=decode_us,decode_fp8_us |
           tee -a "$out/libs_ab/compare.txt"
-        SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests timeout 120 \
-          python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py > "$out/libs_ab/$name.tests.log" 2>&1
+        SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests \
+          timeout "${AB_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py \
+          > "$out/libs_ab/$name.tests.log" 2>&1
         rc=$?
         echo "libs_ab: $name tile64 tests: rc=$rc $(tail -1 "$out/libs_ab/$name.tests.log")" | tee -a "$out/summary.txt"
         [ "$rc" -eq 0 ] || status=$rc
       done
+      # One archive: a call brings back at most 8 files from $OUT (the device's README), this step writes 4 a run.
+      cp "$out/libs_ab/compare.txt" "$out/libs_ab_compare.txt"
+      tar czf "$out/libs_ab.tgz" -C "$out" libs_ab && rm -rf "$out/libs_ab"
       ;;
     host_time)
       mkdir -p "$out/host"
