@@ -113,7 +113,8 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
       values[i] = *reinterpret_cast<const uint4*>(raw + r * kKvLoraRank + 16 * lane);
       scale[i] = reinterpret_cast<const float*>(tile)[4 * r + lane / 8];
     }
-    sync_named(kProducerBarrier, kThreads);  // every warp has read atoms 4..7 and the scales before they are overwritten
+    // Every warp has read atoms 4..7 and the scales before they are overwritten.
+    sync_named(kProducerBarrier, kThreads);
     // Lanes of odd atoms store their halves the other way round: a quarter warp's stores meet 8 bank groups.
     const int col = 16 * lane;
     const bool swapped = (lane / 4) % 2;
