@@ -129,6 +129,10 @@ flags.DEFINE_integer("decode_kernel", None, "The decode kernel of the plan (spar
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
+flags.DEFINE_integer("tokens_per_request", 1, "Query tokens of each request (the last request takes the rest): "
+                     "a request's tokens pick their top-k rows from one context, so above 1 with a context near "
+                     "top-k their gathers hit the L2, whatever the input rotation (a step whose gathers cost "
+                     "little: what the kernels' own chain of work takes).")
 flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv) go; relative to the invoking directory.")
 flags.DEFINE_integer("replays", 30, "Timed graph replays per measurement (the median is reported).")
 flags.DEFINE_integer("warmup_replays", 5, "Untimed graph replays before timing.")
@@ -233,11 +237,14 @@ def blocks_per_context(context: int) -> int:
 
 
 def make_copies(num_tokens: int, num_heads: int, count: int, num_blocks: int, gen: torch.Generator) -> List[Copy]:
-    """``count`` decode batches of ``num_tokens`` requests, each with its own blocks of the one cache."""
+    """``count`` batches of ``num_tokens`` query tokens, ``--tokens_per_request`` a request (the last of
+    ``--context`` positions each), each request with its own blocks of the one cache."""
+    per_request = max(1, FLAGS.tokens_per_request)
+    query_lens = [min(per_request, num_tokens - first) for first in range(0, num_tokens, per_request)]
     copies = []
     for _ in range(count):
-        batch = testing.make_batch([FLAGS.context] * num_tokens, [1] * num_tokens, num_blocks, gen, topk=FLAGS.topk,
-                                   contiguous_blocks=FLAGS.block_placement == "contiguous")
+        batch = testing.make_batch([max(FLAGS.context, q) for q in query_lens], query_lens, num_blocks, gen,
+                                   topk=FLAGS.topk, contiguous_blocks=FLAGS.block_placement == "contiguous")
         if FLAGS.sort_topk:  # -1 sorts first ascending: sort as unsigned so it goes last
             rows = batch.topk_indices.to(torch.int64) & 0xFFFFFFFF
             batch.topk_indices = rows.sort(dim=1).values.to(torch.int32)
@@ -496,6 +503,8 @@ def provenance() -> Dict[str, str]:
         "triton": triton.__version__,
         "git": FLAGS.git_revision or _git_revision(),
         "fa3": "available" if fa3.is_available() else f"unavailable: {fa3.is_available().reason}",
+        "inputs": f"context {FLAGS.context}, top-k {FLAGS.topk}, {FLAGS.tokens_per_request} token(s) a request, "
+                  f"{FLAGS.block_placement} blocks",
     }
 
 

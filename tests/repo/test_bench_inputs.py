@@ -1,0 +1,40 @@
+"""tools/bench.py's inputs on the CPU: ``--tokens_per_request`` groups a copy's query tokens into requests (the last
+takes the rest), each token of a request at its own position of the request's context, every top-k row full."""
+
+import pathlib
+import sys
+
+import pytest
+import torch
+
+import sparse_mla_testing as testing
+
+ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
+sys.path.insert(0, str(ROOT / "tools"))
+
+import bench  # noqa: E402
+
+CONTEXT, TOPK = 2060, 2048
+
+
+@pytest.fixture(autouse=True)
+def default_flags():
+    """Each test parses its own command line; the flags return to their defaults after it."""
+    yield
+    bench.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("per_request, query_lens", [(1, [1] * 7), (3, [3, 3, 1]), (8, [7])])
+def test_tokens_are_grouped_into_requests(per_request, query_lens):
+    bench.FLAGS(["bench", f"--tokens_per_request={per_request}", f"--context={CONTEXT}", f"--topk={TOPK}"])
+    gen = testing.make_generator(torch.device("cpu"), 0)
+    (copy,) = bench.make_copies(7, 16, 1, 7 * bench.blocks_per_context(CONTEXT), gen)
+    batch = copy.batch
+    assert batch.query_lens == query_lens and batch.seq_lens == [CONTEXT] * len(query_lens)
+    want_req = torch.repeat_interleave(torch.arange(len(query_lens)), torch.tensor(query_lens))
+    assert torch.equal(batch.req_id.long(), want_req)
+    want_len = torch.cat([torch.arange(CONTEXT - q + 1, CONTEXT + 1) for q in query_lens])
+    assert torch.equal(batch.token_kv_len.long(), want_len)
+    valid = batch.topk_indices >= 0
+    assert valid.all() and (batch.topk_indices < batch.token_kv_len[:, None]).all()
+    assert copy.q_nope.shape == (7, 16, 512) and copy.out.shape == (7, 16, 512)
