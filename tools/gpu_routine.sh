@@ -32,8 +32,8 @@
 #   ncu: Nsight Compute on the decode kernel at N = 16 and 128, T = 512 on fp8_ds_mla (after decode_build or build).
 #   memcheck: our kernels' GPU tests (decode kernels, FA3 route's conversion) under compute-sanitizer
 #   memcheck (after decode or build; the FA3 ones only when FA3 was built).
-#   wgmma_probe: tools/wgmma_probe/run.sh (the swap-AB consumer's wgmma cycles by operand pattern and warpgroups)
-#   into $out/wgmma_probe.csv; needs nvcc only.
+#   wgmma_probe: tools/wgmma_probe/run.sh (the swap-AB and tile64 kernels' wgmma cycles by operand pattern and
+#   warpgroups) into $out/wgmma_probe.csv; needs nvcc only.
 #   racecheck: the decode kernels' GPU tests (the tile64 and swap-AB kernels', a subset of the others') under racecheck;
 #   RACECHECK_TESTS / RACECHECK_SELECT narrow it (the whole selection takes more than one 600 s call).
 #   (tools/racecheck_probe/run.sh: racecheck on the swap-AB kernel's barrier protocol alone, every value checked.)

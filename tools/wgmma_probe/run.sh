@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The swap-AB consumer's wgmma throughput on a Hopper GPU (tools/wgmma_probe/wgmma_probe.cu): builds it with nvcc
-# for sm_90a and prints its CSV (SM cycles per m64n16k16 wgmma by operand pattern and warpgroups issuing at once).
+# The decode kernels' wgmma throughput on a Hopper GPU (tools/wgmma_probe/wgmma_probe.cu): builds it with nvcc
+# for sm_90a and prints its CSV (SM cycles per tile and per wgmma by operand pattern and warpgroups issuing at
+# once: the swap-AB kernel's m64n16k16, then the tile64 kernel's S, P . V and the two in its order).
 # Usage: bash tools/wgmma_probe/run.sh [OUT.csv]   (run from anywhere; the CSV also goes to stdout)
 set -euo pipefail
 dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,6 +1,7 @@
 // Throughput of the swap-AB decode kernel's wgmma pattern (m64n16k16: 64 positions as M, 16 heads as N) on one
-// CTA per SM, 1-3 warpgroups issuing it at once, operands resident in shared memory (timing only: the values
-// are constants). Prints one CSV row per (pattern, warpgroups): SM cycles per wgmma, per warpgroup and per SM.
+// CTA per SM, 1-3 warpgroups issuing it at once, and of the tile64 kernel's (tile64_patterns.cuh), operands resident
+// in shared memory (timing only: the values are constants). Prints one CSV row per (pattern, warpgroups): SM cycles
+// per tile and per wgmma, per warpgroup and per SM.
 #include <cuda_bf16.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "cc/common/ptx.cuh"
 #include "cc/decode/swap_ab/swap_ab_kernel.cuh"
+#include "tools/wgmma_probe/tile64_patterns.cuh"
 
 namespace {
 
@@ -128,16 +130,17 @@ __global__ void __launch_bounds__(kMaxGroups * 128, 1) probe(long long* cycles, 
   if (s == 12345.f) sink[threadIdx.x] = s;  // keeps the accumulators live
 }
 
-// Times one pattern; returns its CUDA error.
-template <int kPattern>
-cudaError_t run(int groups, long long* cycles, float* sink) {
-  cudaFuncSetAttribute(probe<kPattern>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+// Times `kernel` (pattern `name`, `wgmmas` a tile a warpgroup) on `groups` warpgroups a CTA with `smem_bytes`;
+// prints its row and returns its CUDA error.
+cudaError_t time_pattern(void (*kernel)(long long*, float*, int), const char* name, int wgmmas, int groups,
+                         int smem_bytes, long long* cycles, float* sink) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  probe<kPattern><<<kBlocks, 128 * groups, kSmemBytes>>>(cycles, sink, 10);  // warm-up
+  kernel<<<kBlocks, 128 * groups, smem_bytes>>>(cycles, sink, 10);  // warm-up
   cudaEventRecord(start);
-  probe<kPattern><<<kBlocks, 128 * groups, kSmemBytes>>>(cycles, sink, kIterations);
+  kernel<<<kBlocks, 128 * groups, smem_bytes>>>(cycles, sink, kIterations);
   cudaEventRecord(stop);
   cudaEventSynchronize(stop);
   float ms = 0.f;
@@ -147,11 +150,30 @@ cudaError_t run(int groups, long long* cycles, float* sink) {
   double mean = 0.;
   for (int b = 0; b < kBlocks; ++b) mean += host[b * kMaxGroups];
   mean /= kBlocks;
-  const double per_wgmma = mean / kWgmmas[kPattern];
+  const double per_wgmma = mean / wgmmas;
   const cudaError_t error = cudaGetLastError();
-  printf("%s,%d,%d,%.0f,%.1f,%.1f,%.1f,%s\n", kNames[kPattern], groups, kWgmmas[kPattern], mean, per_wgmma,
-         per_wgmma / groups, ms * 1e6 / kIterations, cudaGetErrorString(error));
+  printf("%s,%d,%d,%.0f,%.1f,%.1f,%.1f,%s\n", name, groups, wgmmas, mean, per_wgmma, per_wgmma / groups,
+         ms * 1e6 / kIterations, cudaGetErrorString(error));
   return error;
+}
+
+template <int kPattern>
+cudaError_t run(int groups, long long* cycles, float* sink) {
+  return time_pattern(probe<kPattern>, kNames[kPattern], kWgmmas[kPattern], groups, kSmemBytes, cycles, sink);
+}
+
+// The tile64 patterns: S by warpgroup 0 alone, P . V by 1 and 2 warpgroups, the chain by 2.
+int run_tile64(long long* cycles, float* sink) {
+  namespace t = tile64_patterns;
+  int failed = 0;
+  failed += time_pattern(t::probe<t::kScores>, t::kNames[t::kScores], t::kWgmmas[t::kScores], 1, t::kSmemBytes,
+                         cycles, sink) != cudaSuccess;
+  for (int groups = 1; groups <= 2; ++groups)
+    failed += time_pattern(t::probe<t::kProduct>, t::kNames[t::kProduct], t::kWgmmas[t::kProduct], groups,
+                           t::kSmemBytes, cycles, sink) != cudaSuccess;
+  failed += time_pattern(t::probe<t::kChain>, t::kNames[t::kChain], t::kWgmmas[t::kChain], 2, t::kSmemBytes, cycles,
+                         sink) != cudaSuccess;
+  return failed;
 }
 
 // Times every pattern; returns the number that failed.
@@ -175,5 +197,6 @@ int main() {
   int failed = 0;
   for (int groups = 1; groups <= kMaxGroups; ++groups)
     failed += run_all(groups, cycles, sink, std::make_integer_sequence<int, kPatterns>{});
+  failed += run_tile64(cycles, sink);
   return failed == 0 ? 0 : 1;
 }
