@@ -24,6 +24,7 @@ constexpr int kProductSteps = 2 * (decode::tile64::kTile / 16);  // 8 a warpgrou
 // wgmmas of one tile a warpgroup issues (warpgroup 0's in the chain).
 constexpr int kWgmmas[kPatterns] = {kScoreSteps, kProductSteps, kScoreSteps + kProductSteps};
 constexpr int kSmemBytes = (kSlotAtoms * kQAtomBytes) + kTileBytes;  // queries + one stage: 144 KiB
+constexpr int kCycleSlots = 3;  // the cycles array's entries a CTA (wgmma_probe.cu's kMaxGroups)
 
 template <int kPattern>
 __global__ void __launch_bounds__(256, 1) probe(long long* cycles, float* sink, int iterations) {
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(256, 1) probe(long long* cycles, float* sink, 
     if (kPattern == kChain) sync_named(2, threads);  // the stage released
   }
   const long long end = clock64();
-  if (lane == 0) cycles[blockIdx.x * 3 + group] = (end - start) / iterations;
+  if (lane == 0) cycles[blockIdx.x * kCycleSlots + group] = (end - start) / iterations;
   float s = score[0] + out[0][0] + out[1][0];
   if (s == 12345.f) sink[threadIdx.x] = s;  // keeps the accumulators live
 }

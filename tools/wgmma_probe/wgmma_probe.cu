@@ -26,6 +26,7 @@ constexpr int kScoreSteps = kSlotElems / 16;
 constexpr int kProductSteps = kOutTiles * (decode::swap_ab::kTile / 16);
 constexpr int kSmemBytes = 200 * 1024;  // one CTA per SM
 constexpr int kBlocks = 132, kIterations = 2000, kMaxGroups = 3;
+static_assert(kMaxGroups == tile64_patterns::kCycleSlots, "one cycles layout for both pattern families");
 
 // The patterns of one tile: S^T = K . Q^T (36 chained k-steps), out^T = V^T . P^T (8 m-tiles x 4 k-steps, V^T
 // MN-major), both, S^T with K in registers (RS), S^T as two interleaved chains of 18, and both with a named
