@@ -4,8 +4,8 @@ backend, on the bf16 and the fp8_ds_mla KV cache.
 ``bazel run //tools:bench -- --out_dir=DIR [--heads=16,128] [--tokens=1,8] [--paths=triton]``, or outside Bazel
 ``PYTHONPATH=py:tests python3 tools/bench.py ...`` (the random inputs are the tests' ``sparse_mla_testing``)
 
-For every point of the grid heads N x tokens T (DeepSeek-V3.2 decode: one query token per request,
-``--context`` positions per request, top-k 2048 random distinct positions per token) it times, by
+For every point of the grid heads N x tokens T (DeepSeek-V3.2 decode: one query token per request, or
+``--tokens_per_request``, ``--context`` positions per request, top-k 2048 random distinct positions per token) it times, by
 CUDA-graph replay after warm-up, the median µs per call of
 
 * ``fa3``: the backend's FA3 route, index conversion (``cc/fa3/topk_to_slots_kernel.cu``) + FA3, one op call;
@@ -129,10 +129,10 @@ flags.DEFINE_integer("decode_kernel", None, "The decode kernel of the plan (spar
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
-flags.DEFINE_integer("tokens_per_request", 1, "Query tokens of each request (the last request takes the rest): "
-                     "a request's tokens pick their top-k rows from one context, so above 1 with a context near "
-                     "top-k their gathers hit the L2, whatever the input rotation (a step whose gathers cost "
-                     "little: what the kernels' own chain of work takes).")
+flags.DEFINE_integer("tokens_per_request", 1, "Query tokens per request: each point's T tokens are split into "
+                     "requests of this many (the last takes the rest), and a request's tokens pick their top-k "
+                     "from its one context. Above 1 with --context near --topk, the gathers hit the L2: a step "
+                     "whose gathers cost little, to time the kernels' own work.")
 flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv) go; relative to the invoking directory.")
 flags.DEFINE_integer("replays", 30, "Timed graph replays per measurement (the median is reported).")
 flags.DEFINE_integer("warmup_replays", 5, "Untimed graph replays before timing.")

@@ -5,9 +5,10 @@
 Runs Bazel for the op libraries (sm_90a), then writes ``sparse_mla-<version>-py3-none-linux_x86_64.whl``
 into DIR and prints its path. The wheel holds:
   sparse_mla/libsparse_mla_decode.so             PyTorch's stable ABI: loads in every torch >= 2.11.
-  sparse_mla/torch<M.m>/libsparse_mla_fa3.so     with --fa3 (needs sgl-attn's sources and hours of
-                                                 nvcc): FA3 and the FA3 route, for the torch version
-                                                 Bazel's interpreter has (sparse_mla.ops.library).
+  sparse_mla/torch<M.m>/libsparse_mla_fa3.so     with --fa3 (needs sgl-attn's sources and a long
+                                                 nvcc compile: docs/building.md): FA3 and the FA3 route,
+                                                 for the torch version Bazel's interpreter has
+                                                 (sparse_mla.ops.library).
 Metadata (name, version, dependencies, the vLLM plugin entry point) comes from py/pyproject.toml.
 The wheel is written with the standard library only, so it builds offline with any Python >= 3.11
 (no setuptools or wheel package needed). Bazel is tools/bazel unless --bazel names another.
