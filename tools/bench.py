@@ -5,8 +5,8 @@ backend, on the bf16 and the fp8_ds_mla KV cache.
 ``PYTHONPATH=py:tests python3 tools/bench.py ...`` (the random inputs are the tests' ``sparse_mla_testing``)
 
 For every point of the grid heads N x tokens T (DeepSeek-V3.2 decode: one query token per request, or
-``--tokens_per_request``, ``--context`` positions per request, top-k 2048 random distinct positions per token) it times, by
-CUDA-graph replay after warm-up, the median µs per call of
+``--tokens_per_request``, ``--context`` positions per request, top-k 2048 random distinct positions per token) it
+times, by CUDA-graph replay after warm-up, the median µs per call of
 
 * ``fa3``: the backend's FA3 route, index conversion (``cc/fa3/topk_to_slots_kernel.cu``) + FA3, one op call;
 * ``triton``: ``sparse_mla.kernels.sparse_mla_attention`` (its default launch configuration);
@@ -132,7 +132,7 @@ flags.DEFINE_integer("context", 32768, "Positions of each request's context (all
 flags.DEFINE_integer("tokens_per_request", 1, "Query tokens per request: each point's T tokens are split into "
                      "requests of this many (the last takes the rest), and a request's tokens pick their top-k "
                      "from its one context. Above 1 with --context near --topk, the gathers hit the L2: a step "
-                     "whose gathers cost little, to time the kernels' own work.")
+                     "whose gathers cost little, to time the kernels' own work.", lower_bound=1)
 flags.DEFINE_string("out_dir", None, "Where bench.csv / bench.png (or sweep.csv) go; relative to the invoking directory.")
 flags.DEFINE_integer("replays", 30, "Timed graph replays per measurement (the median is reported).")
 flags.DEFINE_integer("warmup_replays", 5, "Untimed graph replays before timing.")
@@ -239,7 +239,7 @@ def blocks_per_context(context: int) -> int:
 def make_copies(num_tokens: int, num_heads: int, count: int, num_blocks: int, gen: torch.Generator) -> List[Copy]:
     """``count`` batches of ``num_tokens`` query tokens, ``--tokens_per_request`` a request (the last of
     ``--context`` positions each), each request with its own blocks of the one cache."""
-    per_request = max(1, FLAGS.tokens_per_request)
+    per_request = FLAGS.tokens_per_request
     query_lens = [min(per_request, num_tokens - first) for first in range(0, num_tokens, per_request)]
     copies = []
     for _ in range(count):

@@ -38,3 +38,8 @@ def test_tokens_are_grouped_into_requests(per_request, query_lens):
     valid = batch.topk_indices >= 0
     assert valid.all() and (batch.topk_indices < batch.token_kv_len[:, None]).all()
     assert copy.q_nope.shape == (7, 16, 512) and copy.out.shape == (7, 16, 512)
+
+
+def test_no_request_without_tokens():
+    with pytest.raises(Exception, match="tokens_per_request=0: 0 is not a positive integer"):
+        bench.FLAGS(["bench", "--tokens_per_request=0"])
