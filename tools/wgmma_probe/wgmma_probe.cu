@@ -163,17 +163,21 @@ cudaError_t run(int groups, long long* cycles, float* sink) {
   return time_pattern(probe<kPattern>, kNames[kPattern], kWgmmas[kPattern], groups, kSmemBytes, cycles, sink);
 }
 
+// Times one tile64 pattern (tile64_patterns.cuh) as run() times the swap-AB ones.
+template <int kPattern>
+cudaError_t run_tile64_pattern(int groups, long long* cycles, float* sink) {
+  namespace t = tile64_patterns;
+  return time_pattern(t::probe<kPattern>, t::kNames[kPattern], t::kWgmmas[kPattern], groups, t::kSmemBytes, cycles,
+                      sink);
+}
+
 // The tile64 patterns: S by warpgroup 0 alone, P . V by 1 and 2 warpgroups, the chain by 2.
 int run_tile64(long long* cycles, float* sink) {
   namespace t = tile64_patterns;
-  int failed = 0;
-  failed += time_pattern(t::probe<t::kScores>, t::kNames[t::kScores], t::kWgmmas[t::kScores], 1, t::kSmemBytes,
-                         cycles, sink) != cudaSuccess;
+  int failed = run_tile64_pattern<t::kScores>(1, cycles, sink) != cudaSuccess;
   for (int groups = 1; groups <= 2; ++groups)
-    failed += time_pattern(t::probe<t::kProduct>, t::kNames[t::kProduct], t::kWgmmas[t::kProduct], groups,
-                           t::kSmemBytes, cycles, sink) != cudaSuccess;
-  failed += time_pattern(t::probe<t::kChain>, t::kNames[t::kChain], t::kWgmmas[t::kChain], 2, t::kSmemBytes, cycles,
-                         sink) != cudaSuccess;
+    failed += run_tile64_pattern<t::kProduct>(groups, cycles, sink) != cudaSuccess;
+  failed += run_tile64_pattern<t::kChain>(2, cycles, sink) != cudaSuccess;
   return failed;
 }
 
