@@ -28,14 +28,13 @@ void check_fixed_shape(const DecodePlan& p, const char* name, int head_tiles, in
 
 // The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
 // the narrow kernel; the wide, swap-AB and tile64 ones have one of each (64 heads, 32 positions, 1 CTA; 16
-// heads, 64 positions, 1 CTA; 64 heads, 64 positions, 1 CTA, one split of at most 2048 positions).
+// heads, 64 positions, 1 CTA; 64 heads, 64 positions, 1 CTA, splits of at most 2048 positions).
 void check_launch_shape(const DecodePlan& p) {
   if (p.kernel == DecodeKernel::kTile64) {
     check_fixed_shape(p, "tile64", tile64::kHeadTiles, tile64::kCtaChunk, tile64::kCluster);
-    SPARSE_MLA_CHECK_ARG(p.num_splits == 1 && p.positions_per_split <= tile64::kMaxPositions,
-                         "sparse_mla: argument 'plan': the tile64 kernel (kernel=3) expected num_splits=1 and "
-                         "positions_per_split up to ", tile64::kMaxPositions, ", got num_splits=", p.num_splits,
-                         " and positions_per_split=", p.positions_per_split);
+    SPARSE_MLA_CHECK_ARG(p.positions_per_split <= tile64::kMaxPositions,
+                         "sparse_mla: argument 'plan': the tile64 kernel (kernel=3) expected positions_per_split up to ",
+                         tile64::kMaxPositions, ", got ", p.positions_per_split);
   } else if (p.kernel == DecodeKernel::kSwapAb) {
     check_fixed_shape(p, "swap-AB", swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster);
   } else if (p.kernel == DecodeKernel::kWide) {

@@ -24,7 +24,7 @@ enum class DecodeKernel : int {
   kNarrow = 0,  // 16 or 32 heads per CTA, mma.sync (cc/decode/narrow/)
   kWide = 1,    // 64 heads per CTA, wgmma with producer warpgroups (cc/decode/wide/)
   kSwapAb = 2,  // 16 heads per CTA as wgmma's N, 64-position tiles (cc/decode/swap_ab/)
-  kTile64 = 3,  // 64 heads per CTA on 64-position tiles, one split (cc/decode/tile64/)
+  kTile64 = 3,  // 64 heads per CTA on 64-position tiles, splits of at most 2048 positions (cc/decode/tile64/)
 };
 
 struct SparseDecodeParams {

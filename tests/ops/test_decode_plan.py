@@ -27,24 +27,24 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (23, 16, 1, 1, 64, 1, 5, 448),
         (30, 8, 1, 1, 64, 1, 4, 512),
         (128, 16, 1, 1, 64, 1, 1, 2048),
-        (1, 64, 1, 4, 32, 1, 64, 32),  # N > 32: the wide kernel (64 heads per CTA) at every T, one CTA per SM
-        (1, 128, 1, 4, 32, 2, 64, 32),
-        (1, 100, 1, 4, 32, 2, 64, 32),
-        (3, 64, 1, 4, 32, 1, 32, 64),
-        (4, 64, 1, 4, 32, 1, 32, 64),
-        (2, 128, 1, 4, 32, 2, 32, 64),
-        (8, 64, 1, 4, 32, 1, 16, 128),
-        (4, 128, 1, 4, 32, 2, 16, 128),
-        (8, 128, 1, 4, 32, 2, 8, 256),
-        (16, 64, 1, 4, 32, 1, 8, 256),
-        (16, 128, 1, 4, 32, 2, 4, 512),
-        (32, 64, 1, 4, 32, 1, 4, 512),
-        (16, 100, 1, 4, 32, 2, 4, 512),
-        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: wide for T in WIDE_PADDED_TOKENS only
-        (2, 32, 1, 4, 32, 1, 64, 32),
-        (8, 32, 1, 4, 32, 1, 16, 128),
-        (16, 32, 1, 4, 32, 1, 8, 256),
-        (128, 17, 1, 4, 64, 1, 1, 2048),  # the wide kernel's one split: the tile64 kernel
+        (1, 64, 1, 4, 64, 1, 32, 64),  # N > 32: the tile64 kernel (64 heads per CTA) at every T, one CTA per SM
+        (1, 128, 1, 4, 64, 2, 32, 64),
+        (1, 100, 1, 4, 64, 2, 32, 64),
+        (3, 64, 1, 4, 64, 1, 32, 64),
+        (4, 64, 1, 4, 64, 1, 32, 64),
+        (2, 128, 1, 4, 64, 2, 32, 64),
+        (8, 64, 1, 4, 64, 1, 16, 128),
+        (4, 128, 1, 4, 64, 2, 16, 128),
+        (8, 128, 1, 4, 64, 2, 8, 256),
+        (16, 64, 1, 4, 64, 1, 8, 256),
+        (16, 128, 1, 4, 64, 2, 4, 512),
+        (32, 64, 1, 4, 64, 1, 4, 512),
+        (16, 100, 1, 4, 64, 2, 4, 512),
+        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: 64 heads a CTA for T in WIDE_PADDED_TOKENS only
+        (2, 32, 1, 4, 64, 1, 32, 64),
+        (8, 32, 1, 4, 64, 1, 16, 128),
+        (16, 32, 1, 4, 64, 1, 8, 256),
+        (128, 17, 1, 4, 64, 1, 1, 2048),
         (129, 32, 1, 2, 16, 1, 2, 1024),
         (256, 32, 1, 2, 16, 1, 1, 2048),
         (1024, 128, 1, 4, 64, 2, 1, 2048),
@@ -99,32 +99,50 @@ def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
 @pytest.mark.parametrize("fp8_ds_mla", [False, True])
 @pytest.mark.parametrize("num_tokens, num_heads, topk", [(128, 64, 2048), (64, 128, 2048), (512, 33, 2000),
                                                           (300, 64, 4096), (1, 64, 2048), (16, 128, 2048)])
-def test_tile64_kernel_where_the_wide_kernel_runs_one_split(num_tokens, num_heads, topk, fp8_ds_mla):
-    """TILE64_KERNEL: the plan's choice wherever the wide kernel would run one split of at most
-    TILE64_MAX_POSITIONS positions (its grid, 64-position tiles); several splits or wider rows stay wide."""
+def test_tile64_kernel_where_the_wide_kernel_would_run(num_tokens, num_heads, topk, fp8_ds_mla):
+    """TILE64_KERNEL: the plan's choice wherever it would take the wide kernel, with the wide kernel's split rule on
+    64-position tiles (a split within TILE64_MAX_POSITIONS)."""
     wide = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
                        fp8_ds_mla=fp8_ds_mla, kernel=decode.WIDE_KERNEL)
     launch = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
                          fp8_ds_mla=fp8_ds_mla)
-    if wide.num_splits == 1 and topk <= decode.TILE64_MAX_POSITIONS:
-        assert (launch.kernel, launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.num_splits) == (
-            decode.TILE64_KERNEL, decode.WIDE_HEAD_TILES, decode.TILE64_CTA_CHUNK, 1, 1)
-        assert launch.positions_per_split == -(-topk // 64) * 64 and launch.head_groups == wide.head_groups
-        assert launch.num_ctas == wide.num_ctas
-    else:
-        assert launch == wide
-    assert (num_tokens, num_heads, topk) not in ((128, 64, 2048), (64, 128, 2048)) or launch.kernel == decode.TILE64_KERNEL
+    assert launch == decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
+                                 fp8_ds_mla=fp8_ds_mla, kernel=decode.TILE64_KERNEL)
+    assert (launch.kernel, launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.head_groups) == (
+        decode.TILE64_KERNEL, decode.WIDE_HEAD_TILES, decode.TILE64_CTA_CHUNK, 1, wide.head_groups)
+    assert launch.positions_per_split % 64 == 0 and launch.positions_per_split <= decode.TILE64_MAX_POSITIONS
+    assert launch.num_splits * launch.positions_per_split >= topk > (launch.num_splits - 1) * launch.positions_per_split
+    if wide.positions_per_split % 64 == 0 and wide.positions_per_split <= decode.TILE64_MAX_POSITIONS:
+        assert launch.num_splits <= wide.num_splits  # its waves are no more than the wide kernel's
 
 
-@pytest.mark.parametrize("num_tokens, num_heads", [(1, 16), (4, 64), (512, 128)])
-def test_tile64_kernel_asked_for_runs_one_split(num_tokens, num_heads):
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, num_splits, positions",
+    [
+        (1, 16, 32, 64),  # one 64-head group: 132 SMs ask for 132 splits, 32 tiles give 32
+        (4, 64, 32, 64),
+        (8, 128, 8, 256),  # 16 (token, head group) pairs: 8 splits
+        (66, 128, 1, 2048),
+        (512, 128, 1, 2048),
+    ],
+)
+def test_tile64_kernel_asked_for_splits_to_fill_the_sms(num_tokens, num_heads, num_splits, positions):
     launch = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.TILE64_KERNEL)
     assert (launch.kernel, launch.head_tiles, launch.cta_chunk, launch.num_splits, launch.positions_per_split) == (
-        decode.TILE64_KERNEL, decode.WIDE_HEAD_TILES, 64, 1, 2048)
+        decode.TILE64_KERNEL, decode.WIDE_HEAD_TILES, 64, num_splits, positions)
     assert launch.head_groups == -(-num_heads // 64)
 
 
-@pytest.mark.parametrize("arguments", [dict(topk=2049), dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)])
+def test_tile64_kernel_splits_wide_rows():
+    """Rows wider than TILE64_MAX_POSITIONS: enough splits that each holds at most that many positions."""
+    launch = decode.plan(512, 128, H200_SMS, topk=5000, kernel=decode.TILE64_KERNEL)
+    assert (launch.num_splits, launch.positions_per_split) == (3, 1728)
+    with pytest.raises(ValueError, match="argument 'topk' 131073 needs 65 splits"):
+        decode.plan(512, 128, H200_SMS, topk=decode.TILE64_MAX_POSITIONS * decode.MAX_SPLITS + 1,
+                    kernel=decode.TILE64_KERNEL)
+
+
+@pytest.mark.parametrize("arguments", [dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)])
 def test_tile64_kernel_refuses_what_it_is_not_built_for(arguments):
     with pytest.raises(ValueError, match=r"argument 'kernel' 3 \(the tile64 kernel\) expected head_tiles 4"):
         decode.plan(128, 64, H200_SMS, kernel=decode.TILE64_KERNEL, **arguments)

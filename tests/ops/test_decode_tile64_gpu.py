@@ -1,10 +1,11 @@
 """GPU: the tile64 decode kernel (``decode.TILE64_KERNEL``, cc/decode/tile64/: 64 heads per CTA on 64-position
-tiles, one split) against the fp32 reference, on both caches.
+tiles, split-KV merged by the split merge kernel) against the fp32 reference, on both caches.
 
-Its plans are given here, but for the planner's own at throughput sizes: N from 17 to 128 (heads past N are zero
-queries, never written; several head groups at N = 100, 128), top-k rows of any width (a part-filled last tile),
-invalid entries of every kind, strided queries, a padded cache block stride and CUDA-graph replay with padded
-tokens. Outputs are poisoned (NaN) before every call.
+Its plans are the planner's for the kernel (at small T: many splits, down to one tile each), or one split where a
+test says so: N from 17 to 128 (heads past N are zero queries, never written; several head groups at N = 100, 128),
+top-k rows of any width (a part-filled last tile), invalid entries of every kind (whole splits masked), strided
+queries, a padded cache block stride and CUDA-graph replay with padded tokens. Outputs are poisoned (NaN) before
+every call.
 
 Accuracy (:func:`sparse_mla_testing.assert_attention_close`): ``||out - ref|| / ||ref|| < 1e-2``,
 LSE within ``1e-2 * max(1, |ref|)`` and ``-inf`` exactly where the reference has no position.
@@ -33,28 +34,37 @@ def _num_sms():
     return torch.cuda.get_device_properties(_device()).multi_processor_count
 
 
-def tile64_plan(num_tokens, num_heads, topk=2048):
-    return decode.plan(num_tokens, num_heads, _num_sms(), topk=topk, kernel=decode.TILE64_KERNEL)
+def tile64_plan(num_tokens, num_heads, topk=2048, num_splits=None):
+    """The planner's tile64 plan, or with ``num_splits`` asked for: whole tiles each, only splits that hold some."""
+    launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=topk, kernel=decode.TILE64_KERNEL)
+    if num_splits is None:
+        return launch
+    positions = -(-topk // (decode.TILE64_CTA_CHUNK * num_splits)) * decode.TILE64_CTA_CHUNK
+    return dataclasses.replace(launch, num_splits=-(-topk // positions), positions_per_split=positions)
 
 
 @pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+@pytest.mark.parametrize("num_splits", [1, None])
 @pytest.mark.parametrize("num_tokens, num_heads", [(1, 64), (3, 17), (3, 33), (2, 100), (3, 128), (5, 64)])
-def test_each_head_count(num_tokens, num_heads, cache_format):
+def test_each_head_count(num_tokens, num_heads, num_splits, cache_format):
     seed = num_heads * 10 + num_tokens
     case = case_on_cache(num_tokens, num_heads, seed, cache_format)
-    launch = tile64_plan(num_tokens, num_heads)
+    launch = tile64_plan(num_tokens, num_heads, num_splits=num_splits)
+    assert (launch.num_splits == 1) == (num_splits == 1), launch
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
 
 @pytest.mark.parametrize("cache_format", CACHE_FORMATS)
+@pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("topk", [1, 64, 100, 2000])
-def test_top_k_rows_of_any_width(topk, cache_format):
-    """Top-k rows narrower than 2048: one tile, a part-filled last tile (its positions past top-k are masked)."""
+def test_top_k_rows_of_any_width(topk, num_splits, cache_format):
+    """Top-k rows narrower than 2048: one tile, a part-filled last tile (its positions past top-k are masked), in
+    one split or up to three."""
     case = case_on_cache(3, 64, topk, cache_format)
     case = dataclasses.replace(case, topk_indices=case.topk_indices[:, :topk].contiguous())
-    launch = tile64_plan(3, 64, topk)
-    assert launch.positions_per_split == -(-topk // 64) * 64
+    launch = tile64_plan(3, 64, topk, num_splits)
+    assert launch.num_splits * launch.positions_per_split >= topk > (launch.num_splits - 1) * launch.positions_per_split
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} top-k {topk}")
 

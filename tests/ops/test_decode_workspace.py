@@ -143,7 +143,7 @@ def test_op_refuses_a_bad_plan_naming_the_field(field, value):
 
 
 def test_op_refuses_the_wide_kernel_with_another_shape():
-    wide = decode.plan(1, 64, H200_SMS)
+    wide = decode.plan(1, 64, H200_SMS, kernel=decode.WIDE_KERNEL)
     assert wide.kernel == decode.WIDE_KERNEL
     for shape in (dict(cta_chunk=16), dict(cluster_size=8), dict(head_tiles=2)):
         with pytest.raises(ValueError, match="argument 'plan': the wide kernel .* expected head_tiles=4"):
@@ -159,14 +159,18 @@ def test_op_refuses_the_swap_ab_kernel_with_another_shape():
             decode.workspace_layout(dataclasses.replace(swap_ab, **shape))
 
 
-def test_op_refuses_the_tile64_kernel_with_another_shape_or_splits():
+def test_op_refuses_the_tile64_kernel_with_another_shape_or_wider_splits():
     tile64 = decode.plan(128, 64, H200_SMS)
     assert tile64.kernel == decode.TILE64_KERNEL and decode.workspace_layout(tile64).total_bytes == 0
+    split = dataclasses.replace(tile64, num_splits=2, positions_per_split=1024)
+    assert decode.workspace_layout(split) == decode.workspace_layout(
+        dataclasses.replace(decode.plan(128, 64, H200_SMS, kernel=decode.WIDE_KERNEL), num_splits=2,
+                            positions_per_split=1024))  # the wide kernel's partials and merge
     for shape in (dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)):
         with pytest.raises(ValueError, match="argument 'plan': the tile64 kernel .* expected head_tiles=4, cta_chunk=64"):
             decode.workspace_layout(dataclasses.replace(tile64, **shape))
-    for field in (dict(num_splits=2, positions_per_split=1024), dict(positions_per_split=4096)):
-        with pytest.raises(ValueError, match="argument 'plan': the tile64 kernel .* expected num_splits=1 and positions"):
+    for field in (dict(positions_per_split=2112), dict(num_splits=2, positions_per_split=4096)):
+        with pytest.raises(ValueError, match="argument 'plan': the tile64 kernel .* expected positions_per_split up to 2048"):
             decode.workspace_layout(dataclasses.replace(tile64, **field))
 
 

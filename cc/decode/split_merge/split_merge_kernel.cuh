@@ -1,4 +1,4 @@
-// The split merge as a kernel of its own: the second launch of the 64-head decode kernel with several
+// The split merge as a kernel of its own: the second launch of the 64-head decode kernels with several
 // splits, which merges every split's partial output of a (token, head group).
 #pragma once
 
@@ -20,7 +20,7 @@ namespace sparse_mla {
 namespace decode {
 namespace split_merge {
 
-constexpr int kHeads = kHeadTileRows * wide::kHeadTiles;  // the wide kernel's 64 heads per CTA
+constexpr int kHeads = kHeadTileRows * wide::kHeadTiles;  // the 64 heads per CTA of the wide and tile64 kernels
 
 // The split merge launch: kMergeSlices CTAs per (token, head group), each kMergeCols output columns of
 // the 64 heads (4 columns a thread), kMergeUnroll splits' partials loaded at once: the merge is bound

@@ -1,6 +1,8 @@
-// The 64-head tile kernel's launch (cc/decode/tile64/tile64.h) and its two instantiations (cache formats).
+// The 64-head tile kernel's launch (cc/decode/tile64/tile64.h), its two instantiations (cache formats), then the
+// split merge kernel (several splits).
 #include "cc/decode/tile64/tile64.h"
 
+#include "cc/decode/split_merge/split_merge_kernel.h"
 #include "cc/decode/tile64/tile64_kernel.cuh"
 
 namespace sparse_mla {
@@ -13,8 +15,11 @@ int shared_memory_bytes(bool fp8, int positions_per_split) {
 }
 
 cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) {
-  if (params.num_splits != 1 || params.positions_per_split > kMaxPositions) return cudaErrorInvalidValue;
-  return params.kv_fp8 ? Tile64Kernel<true>::launch(params, stream) : Tile64Kernel<false>::launch(params, stream);
+  if (params.positions_per_split > kMaxPositions) return cudaErrorInvalidValue;
+  const cudaError_t error =
+      params.kv_fp8 ? Tile64Kernel<true>::launch(params, stream) : Tile64Kernel<false>::launch(params, stream);
+  if (error != cudaSuccess || params.num_splits == 1) return error;
+  return split_merge::launch_split_merge<float>(params, stream);
 }
 
 cudaError_t max_active_ctas(bool fp8, int positions_per_split, int* ctas) {

@@ -1,5 +1,5 @@
 // The decode kernel for 64 query heads per CTA on 64-position tiles (cc/decode/tile64/), which the launcher
-// (cc/decode/launch.cu) calls for the plan's kernel = kTile64: one split per (token, head group). No torch types
+// (cc/decode/launch.cu) calls for the plan's kernel = kTile64: one CTA per (split, token, head group). No torch types
 // (nvcc alone).
 #pragma once
 
@@ -20,7 +20,7 @@ constexpr int kMaxPositions = 2048;  // a split's most positions: its slot ids f
 int shared_memory_bytes(bool fp8, int positions_per_split);
 
 // Enqueues the kernel on `stream` (params.head_tiles = kHeadTiles, cta_chunk = kCtaChunk, cluster_size = kCluster,
-// num_splits = 1, positions_per_split <= kMaxPositions); the launch's error.
+// positions_per_split <= kMaxPositions) and, with several splits, the split merge kernel; the first launch error.
 cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream);
 
 // CTAs the current device runs at once, into `ctas`; the query's CUDA error.

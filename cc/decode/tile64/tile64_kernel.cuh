@@ -1,4 +1,4 @@
-// Sparse MLA decode on Hopper for 64 heads per CTA on 64-position tiles, one split per (token, head group):
+// Sparse MLA decode on Hopper for 64 heads per CTA on 64-position tiles, one CTA per (split, token, head group):
 // warpgroup 0 scores each tile and runs the softmax, P goes to both consumer warpgroups through shared memory,
 // each runs P . V for 256 of the 512 output columns; producer warpgroups gather (and dequantize) the tiles.
 // Work decomposition and measurements: docs/decode-kernels.md.
@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_tile64_k
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const SharedLayout layout(p.positions_per_split);
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  allow_dependent_launch();  // the split merge's CTAs may take SMs as this grid's CTAs leave them
   unsigned char* smem = smem_raw + ((kAtomAlign - raw_addr % kAtomAlign) % kAtomAlign);
   unsigned char* q = smem + layout.q;
   unsigned char* tiles = smem + layout.tiles;
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_tile64_k
   if (warpgroup >= 2) {
     constexpr int kProducerThreads = kProducerGroups<kFp8> * kGroupThreads;
     setmaxnreg_dec<kProducerRegisters<kFp8>>();
-    translate_positions<kProducerThreads>(p, token, 0, positions, rows);
+    translate_positions<kProducerThreads>(p, token, work.split * positions, positions, rows);
     sync_named(kProducerBarrier, kProducerThreads);
     if constexpr (kFp8)
       produce_fp8(p, rows, tiles, num_tiles);
@@ -261,7 +262,8 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_tile64_k
     if (c + kStages < num_tiles) arrive_named(kEmptyBarrier + s, kBlockThreads<kFp8>);  // the producers may refill it
   }
 
-  // 4. Normalize and write the output: warpgroup 0 holds the row statistics.
+  // 4. Normalize and write the output (one split) or this split's fp32 partial and base-2 LSE (several: the split
+  // merge kernel combines them); warpgroup 0 holds the row statistics.
   if (warpgroup == 0) {
     float inv[2], lse[2];
     softmax.finish(inv, lse);
@@ -273,11 +275,24 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_tile64_k
       }
   }
   sync_named(kConsumerBarrier, kConsumerThreads);
+  const int64_t group_index = static_cast<int64_t>(token) * p.head_groups + work.head_group;
+  const int64_t split_index = group_index * p.num_splits + work.split;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = row0 + 8 * r, head = head_base + h;
-    if (head >= p.num_heads) continue;
     const float inv = stats[h];
+    if (p.num_splits > 1) {
+      float* partial = p.partial_out + (split_index * kHeads + h) * kKvLoraRank + warpgroup * 256 + 2 * quad;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+          __stcg(reinterpret_cast<float2*>(partial + 128 * hh + nt * 8),
+                 make_float2(out_acc[hh][nt * 4 + 2 * r] * inv, out_acc[hh][nt * 4 + 2 * r + 1] * inv));
+      if (warpgroup == 0 && quad == 0) __stcg(p.partial_lse + split_index * kClusterSize * kHeads + h, stats[kHeads + h]);
+      continue;
+    }
+    if (head >= p.num_heads) continue;
     auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_token_stride + head * p.out_head_stride +
                 warpgroup * 256 + 2 * quad;
 #pragma unroll

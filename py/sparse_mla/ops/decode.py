@@ -81,14 +81,15 @@ SWAP_AB_CTA_CHUNK = 64
 
 TILE64_KERNEL = 3
 """The 64-head tile kernel (``DecodeKernel::kTile64``, cc/decode/tile64/): 64 heads per CTA (``head_tiles``
-:data:`WIDE_HEAD_TILES`) on 64-position tiles (:data:`TILE64_CTA_CHUNK`), one CTA per (token, head group): one split
-of at most :data:`TILE64_MAX_POSITIONS` positions. The plan takes it where the wide kernel would run one split."""
+:data:`WIDE_HEAD_TILES`) on 64-position tiles (:data:`TILE64_CTA_CHUNK`), one CTA per (split, token, head group), splits
+of at most :data:`TILE64_MAX_POSITIONS` positions merged by the wide kernel's split merge. The plan takes it where it
+would take the wide kernel, with the wide kernel's split rule."""
 
 TILE64_CTA_CHUNK = 64
 
 TILE64_MAX_POSITIONS = 2048
-"""The tile64 kernel's most positions (``tile64::kMaxPositions``): its slot ids fill 8 KiB of its 226 KiB of shared
-memory (Hopper allows 227 KiB a CTA)."""
+"""The tile64 kernel's most positions per split (``tile64::kMaxPositions``): its slot ids fill 8 KiB of its 226 KiB of
+shared memory (Hopper allows 227 KiB a CTA)."""
 
 SWAP_AB_MIN_TOKENS = 16
 """The plan takes the swap-AB kernel for ``N <= 16`` from this ``T`` on (below, the 16/32-head kernel's clusters
@@ -224,11 +225,11 @@ def plan(
     tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule but for :data:`SWAP_AB_UNCAPPED_MAX_WAVES`)
     for ``N <= 16`` from ``T =`` :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or
     ``cta_chunk`` is given; otherwise
-    the one ``head_tiles`` names; where none of the four is given and that is the wide kernel with one split of
-    at most :data:`TILE64_MAX_POSITIONS` positions, the tile64 kernel (:data:`TILE64_KERNEL`: the same grid, 12-28 %
-    faster on the H200, docs/decode-kernels.md). A ``kernel`` given without ``head_tiles`` takes its own: the first
-    kernel's for ``num_heads`` (:func:`narrow_head_tiles`), the wide kernel's :data:`WIDE_HEAD_TILES`; the tile64
-    kernel always one split.
+    the one ``head_tiles`` names; where none of the four is given and that is the wide kernel, the tile64 kernel
+    (:data:`TILE64_KERNEL`: the wide kernel's split rule on 64-position granules, a split within
+    :data:`TILE64_MAX_POSITIONS`; with one split 12-28 % faster on the H200, docs/decode-kernels.md). A ``kernel``
+    given without ``head_tiles`` takes its own: the first kernel's for ``num_heads`` (:func:`narrow_head_tiles`), the
+    wide kernel's :data:`WIDE_HEAD_TILES`, the tile64 kernel's.
 
     ``cluster_capacity(candidate)``, when given, is the number of clusters (CTAs, for ``cluster_size`` 1) of
     a candidate plan's kernel configuration the device runs at once (:func:`max_active_clusters`).
@@ -253,7 +254,8 @@ def plan(
         :data:`HEAD_TILES`, the wide kernel's ``head_tiles`` with another stage or cluster size, ``kernel``
         other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL`, :data:`SWAP_AB_KERNEL` or :data:`TILE64_KERNEL`, a
         ``kernel`` with the ``head_tiles`` of another, the swap-AB or tile64 kernel with a ``cta_chunk`` or
-        ``cluster_size`` of another kernel, or the tile64 kernel with ``topk`` above :data:`TILE64_MAX_POSITIONS`.
+        ``cluster_size`` of another kernel, or the tile64 kernel with ``topk`` above :data:`TILE64_MAX_POSITIONS` x
+        :data:`MAX_SPLITS`.
     """
     check_num_heads("num_heads", num_heads)
     if topk > MAX_TOPK:
@@ -268,12 +270,11 @@ def plan(
                          f"{TILE64_KERNEL}, got {kernel}")
     if kernel == TILE64_KERNEL:
         if head_tiles not in (None, WIDE_HEAD_TILES) or cluster_size not in (None, 1) or cta_chunk not in (
-                None, TILE64_CTA_CHUNK) or topk > TILE64_MAX_POSITIONS:
+                None, TILE64_CTA_CHUNK):
             raise ValueError(
                 f"sparse_mla: argument 'kernel' {kernel} (the tile64 kernel) expected head_tiles {WIDE_HEAD_TILES}, "
-                f"cluster_size 1, cta_chunk {TILE64_CTA_CHUNK} and topk <= {TILE64_MAX_POSITIONS}, got {head_tiles}, "
-                f"{cluster_size}, {cta_chunk} and {topk}")
-        return _tile64_plan(num_tokens, num_heads, topk)
+                f"cluster_size 1 and cta_chunk {TILE64_CTA_CHUNK}, got {head_tiles}, {cluster_size} and {cta_chunk}")
+        return _tile64_plan(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, fp8_ds_mla)
     chosen = kernel is None and head_tiles is None and cluster_size is None and cta_chunk is None
     if chosen:
         kernel = SWAP_AB_KERNEL if _swap_ab_serves(num_tokens, num_heads) else None
@@ -324,18 +325,20 @@ def plan(
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
     launch = _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
                           head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
-    if chosen and launch.kernel == WIDE_KERNEL and launch.num_splits == 1 and topk <= TILE64_MAX_POSITIONS:
-        return _tile64_plan(num_tokens, num_heads, topk)
+    if chosen and launch.kernel == WIDE_KERNEL:
+        return _tile64_plan(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, fp8_ds_mla)
     return launch
 
 
-def _tile64_plan(num_tokens: int, num_heads: int, topk: int) -> DecodePlan:
-    """The tile64 kernel's plan: one split of ``topk`` positions rounded up to whole tiles."""
-    heads_per_cta = HEAD_TILE_ROWS * WIDE_HEAD_TILES
-    return DecodePlan(num_tokens=num_tokens, num_heads=num_heads, head_tiles=WIDE_HEAD_TILES,
-                      cta_chunk=TILE64_CTA_CHUNK, head_groups=-(-num_heads // heads_per_cta), num_splits=1,
-                      positions_per_split=-(-topk // TILE64_CTA_CHUNK) * TILE64_CTA_CHUNK, kernel=TILE64_KERNEL,
-                      cluster_size=1)
+def _tile64_plan(
+    num_tokens: int, num_heads: int, num_sms: int, topk: int, ctas_per_sm: Optional[int],
+    cluster_capacity: Optional[Callable[[DecodePlan], int]], fp8_ds_mla: bool,
+) -> DecodePlan:
+    """The tile64 kernel's plan: :func:`plan`'s split rule of the wide kernel (1 CTA per SM unless ``ctas_per_sm``) on
+    whole 64-position tiles, every split within :data:`TILE64_MAX_POSITIONS`."""
+    head_groups = -(-num_heads // (HEAD_TILE_ROWS * WIDE_HEAD_TILES))
+    return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm or 1, cluster_capacity, 1, TILE64_CTA_CHUNK,
+                        WIDE_HEAD_TILES, head_groups, max(num_tokens, 1) * head_groups, fp8_ds_mla, TILE64_KERNEL)
 
 
 def _plan_splits(
@@ -345,11 +348,13 @@ def _plan_splits(
 ) -> DecodePlan:
     """:func:`plan`'s split count and positions per split for a kernel configuration it has chosen
     (``head_groups = ceil(N / (16 * head_tiles))``, ``token_groups = max(T, 1) * head_groups``: plan's)."""
-    wide = kernel == WIDE_KERNEL
+    wide = kernel in (WIDE_KERNEL, TILE64_KERNEL)  # 64 heads and one CTA per SM
     granule = cluster_size * cta_chunk
     chunks = -(-topk // granule)
     # Enough splits that none holds more positions than its CTA's shared memory keeps slot ids of.
-    min_splits = -(-chunks * granule // (WIDE_MAX_TOPK if wide else MAX_POSITIONS_PER_SPLIT))
+    most_positions = {WIDE_KERNEL: WIDE_MAX_TOPK, TILE64_KERNEL: TILE64_MAX_POSITIONS}.get(kernel,
+                                                                                        MAX_POSITIONS_PER_SPLIT)
+    min_splits = -(-chunks * granule // most_positions)
     if min_splits > MAX_SPLITS:
         raise ValueError(
             f"sparse_mla: argument 'topk' {topk} needs {min_splits} splits on head_tiles={head_tiles}, "
