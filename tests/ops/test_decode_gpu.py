@@ -280,7 +280,7 @@ def test_fp8_ds_mla_padded_cache_and_scales_of_every_magnitude(cta_chunk, cluste
     flat[:, :512] = groups.view(-1, 512).to(torch.bfloat16)
     case.q_nope.mul_(1e-3)
     case = dataclasses.replace(case, kv_cache=testing.padded_kv_cache(testing.fp8_ds_mla_kv_cache(case.kv_cache), 32))
-    tile64 = cta_chunk == decode.TILE64_CTA_CHUNK  # the tile64 kernel: one split
+    tile64 = cta_chunk == decode.TILE64_CTA_CHUNK  # the tile64 kernel (its own split rule)
     launch = (decode.plan(3, 16, _num_sms(), kernel=decode.TILE64_KERNEL) if tile64
               else plan_with(3, 16, 4, cta_chunk, cluster_size, head_tiles))
     out, lse = run_decode(case, launch)

@@ -484,7 +484,7 @@ def workspace_for_max_tokens(
 ) -> torch.Tensor:
     """:func:`workspace_for_plans` of every token count ``1..max_tokens`` of :func:`plan` (without and, when
     given, with ``cluster_capacity``) on the bf16 or (``fp8_ds_mla``) the fp8_ds_mla cache, with either
-    cluster size and every kernel that serves ``num_heads``.
+    cluster size and every kernel that serves ``num_heads`` (the wide and tile64 kernels both).
 
     Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
     ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
@@ -496,8 +496,8 @@ def workspace_for_max_tokens(
     waves on either cache (N <= 16: 13.0 MB at T = 198, 2 splits). The counters add 2 MiB (one launch's: 65535
     groups of 8)."""
     shapes = [dict(head_tiles=narrow_head_tiles(num_heads), cluster_size=size) for size in CLUSTER_SIZES]
-    if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take it above
-        shapes.append(dict(head_tiles=WIDE_HEAD_TILES))
+    if _wide_serves(num_heads) and topk <= WIDE_MAX_TOPK:  # the plans never take them above
+        shapes += [dict(head_tiles=WIDE_HEAD_TILES), dict(kernel=TILE64_KERNEL)]
     if _swap_ab_serves(max_tokens, num_heads):
         shapes.append(dict(kernel=SWAP_AB_KERNEL))
     capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
