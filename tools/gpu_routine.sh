@@ -25,7 +25,8 @@
 #   first the baseline) on the decode path, in turn for $AB_ROUNDS rounds (2; the first checked against float32), at
 #   $AB_HEADS (64,128) x $AB_TOKENS (64,128,512), both cache formats; then the tile64 kernel's GPU tests against each
 #   library but the first; tools/ab_compare.py prints each library / the first per cell (into libs_ab_compare.txt);
-#   each run stops after $AB_TIMEOUT s (120: a library that hangs); the runs' files are packed into libs_ab.tgz.
+#   each run stops after $AB_TIMEOUT s (120: a library that hangs); the runs' files are packed into libs_ab.tgz. A library
+#   whose folder holds tree/{py,tests,tools} (its branch's) runs with that tree's planner, bench and tests.
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
@@ -211,8 +212,9 @@ for step in "${steps[@]}"; do
         check=--nocheck
         [ "$round" = 1 ] && check=--check
         for name in "${ab_libs[@]}"; do
-          SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests \
-            timeout "${AB_TIMEOUT:-120}" python3 tools/bench.py --paths=decode --heads="${AB_HEADS:-64,128}" \
+          tree=.; [ -d ".device/libs_$name/tree" ] && tree=.device/libs_$name/tree
+          SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=$tree/py:$tree/tests \
+            timeout "${AB_TIMEOUT:-120}" python3 "$tree/tools/bench.py" --paths=decode --heads="${AB_HEADS:-64,128}" \
             --tokens="${AB_TOKENS:-64,128,512}" --replays=15 $check --git_revision="$name" \
             --out_dir="$out/libs_ab/$name.$round" \
             > "$out/libs_ab/$name.$round.log" 2>&1 || status=1
@@ -223,8 +225,9 @@ for step in "${steps[@]}"; do
         python3 tools/ab_compare.py "$(round_csvs "$out/libs_ab" "${ab_libs[0]}" "$rounds")" \
           "$(round_csvs "$out/libs_ab" "$name" "$rounds")" --columns=decode_us,decode_fp8_us |
           tee -a "$out/libs_ab_compare.txt"
-        SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=py:tests \
-          timeout "${AB_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider tests/ops/test_decode_tile64_gpu.py \
+        tree=.; [ -d ".device/libs_$name/tree" ] && tree=.device/libs_$name/tree
+        SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=$tree/py:$tree/tests \
+          timeout "${AB_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider "$tree/tests/ops/test_decode_tile64_gpu.py" \
           > "$out/libs_ab/$name.tests.log" 2>&1
         rc=$?
         echo "libs_ab: $name tile64 tests: rc=$rc $(tail -1 "$out/libs_ab/$name.tests.log")" | tee -a "$out/summary.txt"

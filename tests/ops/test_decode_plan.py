@@ -27,23 +27,23 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (23, 16, 1, 1, 64, 1, 5, 448),
         (30, 8, 1, 1, 64, 1, 4, 512),
         (128, 16, 1, 1, 64, 1, 1, 2048),
-        (1, 64, 1, 4, 64, 1, 32, 64),  # N > 32: the tile64 kernel (64 heads per CTA) at every T, one CTA per SM
-        (1, 128, 1, 4, 64, 2, 32, 64),
-        (1, 100, 1, 4, 64, 2, 32, 64),
-        (3, 64, 1, 4, 64, 1, 32, 64),
-        (4, 64, 1, 4, 64, 1, 32, 64),
-        (2, 128, 1, 4, 64, 2, 32, 64),
-        (8, 64, 1, 4, 64, 1, 16, 128),
-        (4, 128, 1, 4, 64, 2, 16, 128),
-        (8, 128, 1, 4, 64, 2, 8, 256),
-        (16, 64, 1, 4, 64, 1, 8, 256),
-        (16, 128, 1, 4, 64, 2, 4, 512),
+        (1, 64, 1, 4, 32, 1, 64, 32),  # N > 32: 64 heads per CTA, one CTA per SM; the wide kernel below T * groups 32
+        (1, 128, 1, 4, 32, 2, 64, 32),
+        (1, 100, 1, 4, 32, 2, 64, 32),
+        (3, 64, 1, 4, 32, 1, 32, 64),
+        (4, 64, 1, 4, 32, 1, 32, 64),
+        (2, 128, 1, 4, 32, 2, 32, 64),
+        (8, 64, 1, 4, 32, 1, 16, 128),
+        (4, 128, 1, 4, 32, 2, 16, 128),
+        (8, 128, 1, 4, 32, 2, 8, 256),
+        (16, 64, 1, 4, 32, 1, 8, 256),
+        (16, 128, 1, 4, 64, 2, 4, 512),  # T * head_groups = 32 (TILE64_MIN_TOKEN_GROUPS): tile64
         (32, 64, 1, 4, 64, 1, 4, 512),
         (16, 100, 1, 4, 64, 2, 4, 512),
-        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: 64 heads a CTA for T in WIDE_PADDED_TOKENS only
-        (2, 32, 1, 4, 64, 1, 32, 64),
-        (8, 32, 1, 4, 64, 1, 16, 128),
-        (16, 32, 1, 4, 64, 1, 8, 256),
+        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: wide for T in WIDE_PADDED_TOKENS only
+        (2, 32, 1, 4, 32, 1, 64, 32),
+        (8, 32, 1, 4, 32, 1, 16, 128),
+        (16, 32, 1, 4, 32, 1, 8, 256),
         (128, 17, 1, 4, 64, 1, 1, 2048),
         (129, 32, 1, 2, 16, 1, 2, 1024),
         (256, 32, 1, 2, 16, 1, 1, 2048),
@@ -98,14 +98,19 @@ def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
 
 @pytest.mark.parametrize("fp8_ds_mla", [False, True])
 @pytest.mark.parametrize("num_tokens, num_heads, topk", [(128, 64, 2048), (64, 128, 2048), (512, 33, 2000),
-                                                          (300, 64, 4096), (1, 64, 2048), (16, 128, 2048)])
+                                                          (300, 64, 4096), (1, 64, 2048), (16, 128, 2048),
+                                                          (31, 64, 2048), (32, 64, 2048), (150, 64, 2048)])
 def test_tile64_kernel_where_the_wide_kernel_would_run(num_tokens, num_heads, topk, fp8_ds_mla):
-    """TILE64_KERNEL: the plan's choice wherever it would take the wide kernel, with the wide kernel's split rule on
-    64-position tiles (a split within TILE64_MAX_POSITIONS)."""
+    """TILE64_KERNEL: the plan's choice wherever it would take the wide kernel from T * head_groups =
+    TILE64_MIN_TOKEN_GROUPS on, with the wide kernel's split rule on 64-position tiles (a split within
+    TILE64_MAX_POSITIONS); the wide kernel below."""
     wide = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
                        fp8_ds_mla=fp8_ds_mla, kernel=decode.WIDE_KERNEL)
     launch = decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
                          fp8_ds_mla=fp8_ds_mla)
+    if num_tokens * wide.head_groups < decode.TILE64_MIN_TOKEN_GROUPS:
+        assert launch == wide
+        return
     assert launch == decode.plan(num_tokens, num_heads, H200_SMS, topk=topk, cluster_capacity=h200_capacity,
                                  fp8_ds_mla=fp8_ds_mla, kernel=decode.TILE64_KERNEL)
     assert (launch.kernel, launch.head_tiles, launch.cta_chunk, launch.cluster_size, launch.head_groups) == (

@@ -83,9 +83,14 @@ TILE64_KERNEL = 3
 """The 64-head tile kernel (``DecodeKernel::kTile64``, cc/decode/tile64/): 64 heads per CTA (``head_tiles``
 :data:`WIDE_HEAD_TILES`) on 64-position tiles (:data:`TILE64_CTA_CHUNK`), one CTA per (split, token, head group), splits
 of at most :data:`TILE64_MAX_POSITIONS` positions merged by the wide kernel's split merge. The plan takes it where it
-would take the wide kernel, with the wide kernel's split rule."""
+would take the wide kernel from :data:`TILE64_MIN_TOKEN_GROUPS` on, with the wide kernel's split rule."""
 
 TILE64_CTA_CHUNK = 64
+
+TILE64_MIN_TOKEN_GROUPS = 32
+"""The plan takes the tile64 kernel for the wide kernel from this ``T * head_groups`` on. On an H100 (2026-12-07,
+results/2026-12-07-h100/tile64-split/) its splits took 1.04-1.31x the wide kernel's time at 1 to 16 (T = 1, 4 at
+N = 64, 128; T = 16 at N = 64) and 0.89-0.92x at 32 (T = 16, N = 128)."""
 
 TILE64_MAX_POSITIONS = 2048
 """The tile64 kernel's most positions per split (``tile64::kMaxPositions``): its slot ids fill 8 KiB of its 226 KiB of
@@ -225,9 +230,10 @@ def plan(
     tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule but for :data:`SWAP_AB_UNCAPPED_MAX_WAVES`)
     for ``N <= 16`` from ``T =`` :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or
     ``cta_chunk`` is given; otherwise
-    the one ``head_tiles`` names; where none of the four is given and that is the wide kernel, the tile64 kernel
-    (:data:`TILE64_KERNEL`: the wide kernel's split rule on 64-position granules, a split within
-    :data:`TILE64_MAX_POSITIONS`; with one split 12-28 % faster on the H200, docs/decode-kernels.md). A ``kernel``
+    the one ``head_tiles`` names; where none of the four is given and that is the wide kernel from
+    ``T * head_groups =`` :data:`TILE64_MIN_TOKEN_GROUPS` on, the tile64 kernel (:data:`TILE64_KERNEL`: the wide
+    kernel's split rule on 64-position granules, a split within :data:`TILE64_MAX_POSITIONS`; with one split 12-28 %
+    faster on the H200, docs/decode-kernels.md). A ``kernel``
     given without ``head_tiles`` takes its own: the first kernel's for ``num_heads`` (:func:`narrow_head_tiles`), the
     wide kernel's :data:`WIDE_HEAD_TILES`, the tile64 kernel's.
 
@@ -325,7 +331,7 @@ def plan(
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
     launch = _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
                           head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
-    if chosen and launch.kernel == WIDE_KERNEL:
+    if chosen and launch.kernel == WIDE_KERNEL and token_groups >= TILE64_MIN_TOKEN_GROUPS:
         return _tile64_plan(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, fp8_ds_mla)
     return launch
 
