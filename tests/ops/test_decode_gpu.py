@@ -245,8 +245,8 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
 @pytest.mark.parametrize("num_tokens, num_heads", [(160, 64), (80, 128), (265, 16), (140, 32)])
 def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_heads):
     """fp8_ds_mla where the plan on this device's capacity, as the decode route makes it, splits without
-    the CTAs-per-SM cap, in a workspace sized by decode.workspace_for_max_tokens: the wide kernel's
-    unsplit grid a wave and a short tail (160 CTAs: 1.2 waves of 132 SMs, 1.4 of 114;
+    the CTAs-per-SM cap, in a workspace sized by decode.workspace_for_max_tokens: the 64-head (tile64)
+    kernel's unsplit grid a wave and a short tail (160 CTAs: 1.2 waves of 132 SMs, 1.4 of 114;
     decode.FP8_WIDE_TAIL_MAX_WAVES), and the first kernel's between 1 and 4 CTAs per SM (16 and 32 heads
     per CTA; decode.FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)."""
     case = testing.fp8_ds_mla_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens,
