@@ -318,6 +318,8 @@ def plan(
     if ctas_per_sm is None:
         three = fp8_ds_mla and head_tiles == 1 and token_groups >= FP8_THREE_CTAS_MIN_GROUPS
         ctas_per_sm = 1 if token_groups <= 2 or wide else (3 if three else 2)
+    if chosen and wide and token_groups >= TILE64_MIN_TOKEN_GROUPS:
+        return _tile64_plan(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, fp8_ds_mla)
     if cluster_size is None:
         clustered = token_groups < SINGLE_CTA_MIN_GROUPS or (
             CLUSTER_ONE_SPLIT_GROUPS[0] <= token_groups <= CLUSTER_ONE_SPLIT_GROUPS[1])
@@ -329,11 +331,8 @@ def plan(
             or (cluster_size == 1 and token_groups < SMALL_CHUNK_MIN_GROUPS)
         )
         cta_chunk = CTA_CHUNKS[1] if large or wide else CTA_CHUNKS[0]
-    launch = _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
-                          head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
-    if chosen and launch.kernel == WIDE_KERNEL and token_groups >= TILE64_MIN_TOKEN_GROUPS:
-        return _tile64_plan(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, fp8_ds_mla)
-    return launch
+    return _plan_splits(num_tokens, num_heads, num_sms, topk, ctas_per_sm, cluster_capacity, cluster_size, cta_chunk,
+                        head_tiles, head_groups, token_groups, fp8_ds_mla, kernel)
 
 
 def _tile64_plan(
