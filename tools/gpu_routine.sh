@@ -80,6 +80,8 @@ test_counts() {
 }
 # The bench.csv of rounds 1..ROUNDS of NAME under DIR (DIR/NAME.ROUND/), comma-separated: round_csvs DIR NAME ROUNDS.
 round_csvs() { seq "$3" | sed "s|.*|$1/$2.&/bench.csv|" | paste -sd,; }
+# The tree a libs_ab library runs with: its own .device/libs_NAME/tree (its branch's py, tests, tools), else this one.
+library_tree() { if [ -d ".device/libs_$1/tree" ]; then echo ".device/libs_$1/tree"; else echo .; fi; }
 status=0
 for step in "${steps[@]}"; do
   case "$step" in
@@ -212,7 +214,7 @@ for step in "${steps[@]}"; do
         check=--nocheck
         [ "$round" = 1 ] && check=--check
         for name in "${ab_libs[@]}"; do
-          tree=.; [ -d ".device/libs_$name/tree" ] && tree=.device/libs_$name/tree
+          tree=$(library_tree "$name")
           SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=$tree/py:$tree/tests \
             timeout "${AB_TIMEOUT:-120}" python3 "$tree/tools/bench.py" --paths=decode --heads="${AB_HEADS:-64,128}" \
             --tokens="${AB_TOKENS:-64,128,512}" --replays=15 $check --git_revision="$name" \
@@ -225,7 +227,7 @@ for step in "${steps[@]}"; do
         python3 tools/ab_compare.py "$(round_csvs "$out/libs_ab" "${ab_libs[0]}" "$rounds")" \
           "$(round_csvs "$out/libs_ab" "$name" "$rounds")" --columns=decode_us,decode_fp8_us |
           tee -a "$out/libs_ab_compare.txt"
-        tree=.; [ -d ".device/libs_$name/tree" ] && tree=.device/libs_$name/tree
+        tree=$(library_tree "$name")
         SPARSE_MLA_DECODE_LIBRARY=$PWD/.device/libs_$name/libsparse_mla_decode.so PYTHONPATH=$tree/py:$tree/tests \
           timeout "${AB_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider "$tree/tests/ops/test_decode_tile64_gpu.py" \
           > "$out/libs_ab/$name.tests.log" 2>&1
