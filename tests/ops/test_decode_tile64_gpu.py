@@ -65,6 +65,7 @@ def test_top_k_rows_of_any_width(topk, num_splits, cache_format):
     case = dataclasses.replace(case, topk_indices=case.topk_indices[:, :topk].contiguous())
     launch = tile64_plan(3, 64, topk, num_splits)
     assert launch.num_splits * launch.positions_per_split >= topk > (launch.num_splits - 1) * launch.positions_per_split
+    assert num_splits > 1 or launch.positions_per_split == -(-topk // 64) * 64
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} top-k {topk}")
 
