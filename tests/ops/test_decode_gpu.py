@@ -20,7 +20,7 @@ import torch
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
-from sparse_mla_testing.decode_calls import mark_every_invalid_kind, run_decode
+from sparse_mla_testing.decode_calls import mark_every_invalid_kind, run_decode, with_splits
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -41,11 +41,9 @@ def plan_with(num_tokens, num_heads, num_splits, cta_chunk, cluster_size=decode.
     ``num_splits`` does not divide top-k into whole stages)."""
     if head_tiles is None:
         head_tiles = decode.plan(num_tokens, num_heads, _num_sms(), cluster_size=cluster_size, cta_chunk=cta_chunk).head_tiles
-    granule = cluster_size * cta_chunk
-    positions = -(-INDEX_TOPK // num_splits // granule) * granule
     head_groups = -(-num_heads // (decode.HEAD_TILE_ROWS * head_tiles))
-    return decode.DecodePlan(num_tokens, num_heads, head_tiles, cta_chunk, head_groups,
-                             -(-INDEX_TOPK // positions), positions, decode.kernel_for(head_tiles), cluster_size)
+    return with_splits(decode.DecodePlan(num_tokens, num_heads, head_tiles, cta_chunk, head_groups, 1, INDEX_TOPK,
+                                         decode.kernel_for(head_tiles), cluster_size), num_splits)
 
 
 def _counters(workspace, launch):

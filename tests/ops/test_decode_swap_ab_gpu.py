@@ -20,7 +20,7 @@ import torch
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK
 from sparse_mla.ops import decode
-from sparse_mla_testing.decode_calls import case_on_cache, run_decode
+from sparse_mla_testing.decode_calls import case_on_cache, run_decode, with_splits
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -33,11 +33,10 @@ def _device():
 
 def swap_ab_plan(num_tokens, num_heads, num_splits, topk=INDEX_TOPK):
     """The swap-AB kernel's plan with about ``num_splits`` splits of whole 64-position tiles."""
-    tile = decode.SWAP_AB_CTA_CHUNK
-    positions = -(-topk // num_splits // tile) * tile
     head_groups = -(-num_heads // decode.HEAD_TILE_ROWS)
-    return decode.DecodePlan(num_tokens, num_heads, 1, tile, head_groups, -(-topk // positions), positions,
-                             decode.SWAP_AB_KERNEL, 1)
+    launch = decode.DecodePlan(num_tokens, num_heads, 1, decode.SWAP_AB_CTA_CHUNK, head_groups, 1, topk,
+                               decode.SWAP_AB_KERNEL, 1)
+    return with_splits(launch, num_splits, topk)
 
 
 @pytest.mark.parametrize("cache_format", CACHE_FORMATS)

@@ -19,7 +19,7 @@ import torch
 import sparse_mla_testing as testing
 from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE
 from sparse_mla.ops import decode
-from sparse_mla_testing.decode_calls import case_on_cache, mark_every_invalid_kind, run_decode
+from sparse_mla_testing.decode_calls import case_on_cache, mark_every_invalid_kind, run_decode, with_splits
 
 pytestmark = pytest.mark.skipif(not decode.is_available(), reason=f"decode kernel: {decode.is_available().reason}")
 
@@ -37,10 +37,7 @@ def _num_sms():
 def tile64_plan(num_tokens, num_heads, topk=2048, num_splits=None):
     """The planner's tile64 plan, or with ``num_splits`` asked for: whole tiles each, only splits that hold some."""
     launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=topk, kernel=decode.TILE64_KERNEL)
-    if num_splits is None:
-        return launch
-    positions = -(-topk // (decode.TILE64_CTA_CHUNK * num_splits)) * decode.TILE64_CTA_CHUNK
-    return dataclasses.replace(launch, num_splits=-(-topk // positions), positions_per_split=positions)
+    return launch if num_splits is None else with_splits(launch, num_splits, topk)
 
 
 @pytest.mark.parametrize("cache_format", CACHE_FORMATS)

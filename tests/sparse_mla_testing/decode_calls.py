@@ -1,13 +1,14 @@
 """The CUDA decode op (:func:`sparse_mla.ops.decode.sparse_mla_decode`) called once on an
 :class:`~sparse_mla_testing.AttentionCase`, for the GPU tests of its kernels (tests/ops/)."""
 
+import dataclasses
 from typing import Optional, Tuple
 
 import torch
 
 import sparse_mla_testing as testing
 from sparse_mla import device_info, kv_cache_format
-from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, KV_BLOCK_SIZE
+from sparse_mla.constants import DEEPSEEK_V32_SOFTMAX_SCALE, INDEX_TOPK, KV_BLOCK_SIZE
 from sparse_mla.ops import decode
 
 
@@ -50,6 +51,14 @@ def run_decode(
     decode.sparse_mla_decode(*case.inputs(), DEEPSEEK_V32_SOFTMAX_SCALE, launch, workspace, out=out, lse=lse)
     torch.cuda.synchronize()
     return out, lse
+
+
+def with_splits(launch: decode.DecodePlan, num_splits: int, topk: int = INDEX_TOPK) -> decode.DecodePlan:
+    """``launch`` with about ``num_splits`` splits of ``topk`` positions, each whole granules (``cluster_size *
+    cta_chunk`` positions): fewer where ``num_splits`` does not divide ``topk`` into whole granules."""
+    granule = launch.cluster_size * launch.cta_chunk
+    positions = -(-topk // num_splits // granule) * granule
+    return dataclasses.replace(launch, num_splits=-(-topk // positions), positions_per_split=positions)
 
 
 def case_on_cache(num_tokens: int, num_heads: int, seed: int, cache_format: str,
