@@ -88,6 +88,15 @@ __device__ __forceinline__ void cluster_arrive() {
 
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
+// Adds 1 to a global counter and returns the old value, as one GPU-scope acquire-release atomic: this thread's
+// prior writes (and those ordered before them by a CTA barrier) are visible before the increment, and the writes
+// released by earlier increments are visible to this thread's later reads.
+__device__ __forceinline__ int32_t atomic_increment_acq_rel_gpu(int32_t* counter) {
+  int32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+
 // Shared-memory matrix descriptor of wgmma (128-byte swizzle, byte offsets `leading` and `stride`) of the
 // operand at `smem`, kept as its two 32-bit halves so that the descriptor of the operand `bytes` further
 // on is one addition: at(bytes) adds bytes / 16 to the address field (shared addresses stay below 256 KB,

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cc/common/mla_layout.h"
+#include "cc/common/ptx.cuh"
 #include "cc/decode/components/bf16_registers.cuh"
 #include "cc/decode/components/cta_work.cuh"
 #include "cc/decode/components/softmax.cuh"
@@ -30,17 +31,16 @@ __device__ __forceinline__ void store_output(const SparseDecodeParams& p, int to
 // zero) and may read every split's partials. Called by all threads of the CTA.
 __device__ __forceinline__ bool arrived_last(const SparseDecodeParams& p, int64_t group_index, int rank) {
   __shared__ int last;
-  __syncthreads();  // every thread's partial stores precede thread 0's fence (cumulativity)
+  __syncthreads();  // every thread's partial stores precede thread 0's release (cumulativity)
   if (threadIdx.x == 0) {
-    __threadfence();  // release: this CTA's partials are visible before its arrival counts
+    // One acquire-release atomic: this CTA's partials are visible before its arrival counts, and the other
+    // splits' partials are visible to this CTA's loads after the barrier below.
     int32_t* counter = p.counters + group_index * kClusterSize + rank;
-    last = atomicAdd(counter, 1) == p.num_splits - 1;
+    last = atomic_increment_acq_rel_gpu(counter) == p.num_splits - 1;
     if (last) *counter = 0;  // every split has arrived: ready for the next launch
   }
   __syncthreads();
-  if (!last) return false;
-  __threadfence();  // acquire: the other splits' partials are visible to this CTA's loads
-  return true;
+  return last;
 }
 
 // Four consecutive columns of a split's partial output: fp32 (the first kernel; the wide kernel with
