@@ -24,7 +24,8 @@
 #   libs_ab: decode op libraries built elsewhere (.device/libs_NAME/libsparse_mla_decode.so, NAME in $AB_LIBS, the
 #   first the baseline) on the decode path, in turn for $AB_ROUNDS rounds (2; the first checked against float32), at
 #   $AB_HEADS (64,128) x $AB_TOKENS (64,128,512), both cache formats; then $AB_TESTS (test files, default the tile64
-#   kernel's GPU tests; AB_SELECT: a pytest -k expression) against each library but the first; tools/ab_compare.py prints each library / the first per cell (into libs_ab_compare.txt);
+#   kernel's GPU tests; AB_SELECT: a pytest -k expression) against each library but the first; tools/ab_compare.py
+#   prints each library / the first per cell (into libs_ab_compare.txt);
 #   each run stops after $AB_TIMEOUT s (120: a library that hangs); the runs' files are packed into libs_ab.tgz. A library
 #   whose folder holds tree/{py,tests,tools} (its branch's) runs with that tree's planner, bench and tests.
 #   host_time: eager host µs per build and forward call, per route, vs a bare torch op (after build).
