@@ -1,6 +1,7 @@
 """Draws the README's plot from a tools/bench.py grid timed with the paths routed, fa3 and flashmla
 (results/2026-12-01-h200/bench.csv): µs per call against T, one panel per head count, for sparse_mla (bf16 and
-fp8_ds_mla caches), the FA3 route and FlashMLA's fp8 sparse decode, with the memory/compute bound.
+fp8_ds_mla caches), the FA3 route and FlashMLA's fp8 sparse decode, with the memory/compute bound. A grid without
+the routed path draws sparse_mla's decode path instead; a series the grid lacks is left out.
 Run: python3 tools/plot_side_by_side.py CSV PNG"""
 
 import csv
@@ -11,32 +12,54 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# (columns, the first one the grid has is drawn; label)
 SERIES = (
-    ("routed_us", "sparse_mla, bf16 cache"),
-    ("routed_fp8_us", "sparse_mla, fp8_ds_mla cache"),
-    ("fa3_us", "FA3 route (SGLang's FA3)"),
-    ("flashmla_fp8_us", "FlashMLA fp8 sparse decode"),
-    ("bound_us", "memory / compute bound"),
+    (("routed_us", "decode_us"), "sparse_mla, bf16 cache"),
+    (("routed_fp8_us", "decode_fp8_us"), "sparse_mla, fp8_ds_mla cache"),
+    (("fa3_us",), "FA3 route (SGLang's FA3)"),
+    (("flashmla_fp8_us",), "FlashMLA fp8 sparse decode"),
+    (("bound_us",), "memory / compute bound"),
 )
+
+
+def gpu_name(lines) -> str:
+    """The GPU of the grid's `# gpu: NAME (132 SMs)` header line, else "GPU"."""
+    for line in lines:
+        if line.startswith("# gpu: "):
+            return line[len("# gpu: "):].split(" (")[0].strip()
+    return "GPU"
+
+
+def drawn_series(rows):
+    """(column, label) of each SERIES entry: its first column that every row fills; none, and it is left out."""
+    drawn = []
+    for columns, label in SERIES:
+        present = [c for c in columns if all(r.get(c) for r in rows)]
+        if present:
+            drawn.append((present[0], label))
+    return drawn
 
 
 def main(csv_path: str, png_path: str) -> None:
     with open(csv_path) as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+        lines = f.readlines()
+    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    series = drawn_series(rows)
     heads = sorted({int(r["N"]) for r in rows})
     fig, axes = plt.subplots(1, len(heads), figsize=(4.5 * len(heads), 4), sharey=True, squeeze=False)
     axes = axes[0]  # one row of panels, also for one head count
     for ax, n in zip(axes, heads):
         points = sorted((int(r["T"]), r) for r in rows if int(r["N"]) == n)
         tokens = [t for t, _ in points]
-        for column, label in SERIES:
+        for column, label in series:
             style = dict(linestyle=":", color="gray") if column == "bound_us" else dict(marker="o", markersize=3)
             ax.plot(tokens, [float(r[column]) for _, r in points], label=label, **style)
         wide = tokens[-1] >= 8 * tokens[0]  # a log T axis only where T spans more than 3 octaves
         ax.set(xscale="log" if wide else "linear", yscale="log" if wide else "linear", title=f"N = {n} heads",
                xlabel="T (query tokens)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("µs per call (H200, CUDA-graph replay)")
+    axes[0].set_ylabel("µs per call (CUDA-graph replay)")
+    fig.suptitle(gpu_name(lines), fontsize=10)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
