@@ -50,6 +50,10 @@
 #   write_kv and the routed forward in one CUDA graph, with and without the forward, next to the back-to-back
 #   forward, both cache formats, N 16, 64, 128 x T 1..16, into $OUT/model_step/ (model_step.csv, .png, .log; its
 #   summary line into summary.txt); after bench it runs with the routing table bench wrote. Extra flags apply.
+#   side_by_side and model_step with SPARSE_MLA_DECODE_LIBRARY set (a decode library built elsewhere, e.g. on the CPU):
+#   no build, this machine's python3 runs the tool; the FA3 paths need SPARSE_MLA_FA3_LIBRARY too, else bench leaves
+#   them out and routes the FA3 cells to Triton (2026-12-07, an H100: the whole grid, ncu and the fp8_ds_mla model step
+#   took 64 s over two calls).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}
@@ -83,6 +87,18 @@ test_counts() {
 round_csvs() { seq "$3" | sed "s|.*|$1/$2.&/bench.csv|" | paste -sd,; }
 # The tree a libs_ab library runs with: its own .device/libs_NAME/tree (its branch's py, tests, tools), else this one.
 library_tree() { if [ -d ".device/libs_$1/tree" ]; then echo ".device/libs_$1/tree"; else echo .; fi; }
+# Runs tools/NAME.py with the flags given: as Bazel's //tools:NAME (building what it needs), or, where the caller set
+# SPARSE_MLA_DECODE_LIBRARY (steps that export it later do not count), directly with this machine's python3.
+carried_decode_library=${SPARSE_MLA_DECODE_LIBRARY:-}
+run_tool() {
+  local name=$1
+  shift
+  if [ -n "$carried_decode_library" ]; then
+    SPARSE_MLA_DECODE_LIBRARY=$carried_decode_library PYTHONPATH=py:tests:tools python3 "tools/$name.py" "$@"
+  else
+    "$bazel" run "${flags[@]}" "//tools:$name" -- "$@"
+  fi
+}
 status=0
 for step in "${steps[@]}"; do
   case "$step" in
@@ -170,7 +186,7 @@ for step in "${steps[@]}"; do
       ;;
     side_by_side)
       mkdir -p "$out/side_by_side"
-      "$bazel" run "${flags[@]}" //tools:bench -- --out_dir="$out/side_by_side" --paths=routed,fa3,decode,flashmla \
+      run_tool bench --out_dir="$out/side_by_side" --paths=routed,fa3,decode,flashmla \
         --heads=16,64,128 --tokens=1,2,4,8,16,64,128,512 --replays=15 --flashmla_library="$FLASHMLA_LIBRARY" "$@" \
         > "$out/side_by_side/bench.log" 2>&1
       rc=$?
@@ -181,7 +197,7 @@ for step in "${steps[@]}"; do
       ;;
     model_step)
       mkdir -p "$out/model_step"
-      "$bazel" run "${flags[@]}" //tools:model_step_bench -- --out_dir="$out/model_step" "$@" \
+      run_tool model_step_bench --out_dir="$out/model_step" "$@" \
         > "$out/model_step/model_step.log" 2>&1
       rc=$?
       tail -40 "$out/model_step/model_step.log"
