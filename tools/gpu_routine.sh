@@ -94,7 +94,7 @@ run_tool() {
   local name=$1
   shift
   if [ -n "$carried_decode_library" ]; then
-    SPARSE_MLA_DECODE_LIBRARY=$carried_decode_library PYTHONPATH=py:tests:tools python3 "tools/$name.py" "$@"
+    PYTHONPATH=py:tests:tools python3 "tools/$name.py" "$@"  # the caller's SPARSE_MLA_DECODE_LIBRARY is in the environment
   else
     "$bazel" run "${flags[@]}" "//tools:$name" -- "$@"
   fi

@@ -22,12 +22,13 @@ SERIES = (
 )
 
 
-def gpu_name(lines) -> str:
-    """The GPU of the grid's `# gpu: NAME (132 SMs)` header line, else "GPU"."""
-    for line in lines:
-        if line.startswith("# gpu: "):
-            return line[len("# gpu: "):].split(" (")[0].strip()
-    return "GPU"
+def read_grid(csv_path: str):
+    """(GPU, rows) of a tools/bench.py grid: the GPU of its `# gpu: NAME (132 SMs)` header line, else "GPU"; one dict
+    per row of the table below the `#` lines."""
+    with open(csv_path) as f:
+        lines = f.readlines()
+    gpu = next((line[len("# gpu: "):].split(" (")[0].strip() for line in lines if line.startswith("# gpu: ")), "GPU")
+    return gpu, list(csv.DictReader(line for line in lines if not line.startswith("#")))
 
 
 def drawn_series(rows):
@@ -41,9 +42,7 @@ def drawn_series(rows):
 
 
 def main(csv_path: str, png_path: str) -> None:
-    with open(csv_path) as f:
-        lines = f.readlines()
-    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    gpu, rows = read_grid(csv_path)
     series = drawn_series(rows)
     heads = sorted({int(r["N"]) for r in rows})
     fig, axes = plt.subplots(1, len(heads), figsize=(4.5 * len(heads), 4), sharey=True, squeeze=False)
@@ -59,7 +58,7 @@ def main(csv_path: str, png_path: str) -> None:
                xlabel="T (query tokens)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("µs per call (CUDA-graph replay)")
-    fig.suptitle(gpu_name(lines), fontsize=10)
+    fig.suptitle(gpu, fontsize=10)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
