@@ -128,7 +128,8 @@ def test_more_token_groups_than_a_grid_holds(num_heads, cache_format, num_splits
         torch.tensor([[2, 0]], dtype=torch.int32, device=device))
     if cache_format == "fp8_ds_mla":
         case = testing.fp8_ds_mla_case(case)
-    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 16 else {}  # not the swap-AB kernel
+    # N <= 32: the first kernel asked for (the plan takes the swap-AB kernel at N <= 16, tile64 at 16 < N <= 32)
+    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 32 else {}
     launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=16, **shape)
     if num_splits > 1:
         launch = dataclasses.replace(launch, cta_chunk=16, cluster_size=1, num_splits=num_splits,
@@ -250,7 +251,8 @@ def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_
     case = testing.fp8_ds_mla_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens,
                                                                pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     capacity = decode.cluster_capacity(torch.cuda.current_device())
-    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 16 else {}  # not the swap-AB kernel
+    # N <= 32: the first kernel asked for (the plan takes the swap-AB kernel at N <= 16, tile64 at 16 < N <= 32)
+    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 32 else {}
     launch = decode.plan(num_tokens, num_heads, _num_sms(), cluster_capacity=capacity, fp8_ds_mla=True, **shape)
     kernel = decode.WIDE_HEAD_TILES if num_heads > 32 else decode.narrow_head_tiles(num_heads)
     assert launch.head_tiles == kernel and launch.num_splits > 1, launch

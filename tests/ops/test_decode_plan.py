@@ -40,13 +40,13 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (16, 128, 1, 4, 64, 2, 4, 512),  # T * head_groups = 32 (TILE64_MIN_TOKEN_GROUPS): tile64
         (32, 64, 1, 4, 64, 1, 4, 512),
         (16, 100, 1, 4, 64, 2, 4, 512),
-        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: wide for T in WIDE_PADDED_TOKENS only
+        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: 32 heads a CTA at T = 1, 64 from WIDE_PADDED_MIN_TOKENS on
         (2, 32, 1, 4, 32, 1, 64, 32),
         (8, 32, 1, 4, 32, 1, 16, 128),
         (16, 32, 1, 4, 32, 1, 8, 256),
         (128, 17, 1, 4, 64, 1, 1, 2048),
-        (129, 32, 1, 2, 16, 1, 2, 1024),
-        (256, 32, 1, 2, 16, 1, 1, 2048),
+        (129, 32, 1, 4, 64, 1, 1, 2048),
+        (256, 24, 1, 4, 64, 1, 1, 2048),
         (1024, 128, 1, 4, 64, 2, 1, 2048),
     ],
 )
@@ -277,8 +277,8 @@ def test_plan_drops_empty_splits_and_rounds_to_chunks():
         (96, 16, 4, 2),
         (192, 16, 2, 1),
         (300, 16, 1, 1),
-        (96, 32, 1, 1),  # N = 32 and 128: the wide kernel (64 heads per CTA) or 32 heads per CTA (T = 300),
-        (300, 32, 1, 1),  # which do not fit 3 CTAs per SM: no change
+        (96, 32, 1, 1),  # N = 32 and 128: 64 heads per CTA (the tile64 kernel), which does not fit 3 CTAs per SM:
+        (300, 32, 1, 1),  # no change
         (96, 128, 1, 1),
     ],
 )

@@ -144,8 +144,9 @@ UNCAPPED_MAX_SPLITS = 8
 UNCAPPED_SPLIT_COST_PER_HEAD = 1
 """Uncapped, each split past the first costs this many positions per head of a CTA (its partial, merged again)."""
 
-WIDE_PADDED_TOKENS = (2, 128)
-"""The wide kernel serves every ``N > 32``, and ``16 < N <= 32`` for ``T`` in this range, where it is faster."""
+WIDE_PADDED_MIN_TOKENS = 2
+"""The wide kernel (the tile64 kernel from ``TILE64_MIN_TOKEN_GROUPS`` on) serves every ``N > 32``, and ``16 < N <= 32``
+from this ``T`` on, where it is faster than 32 heads per CTA (docs/decode-tuning.md)."""
 
 WIDE_MAX_TOPK = 4096
 """Above this top-k the wide kernel is left out: a split's slot ids share its ~200 KB of shared memory."""
@@ -207,7 +208,7 @@ def plan(
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
     Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``, 64 (the wide kernel) for
-    ``N > 32`` and for ``16 < N <= 32`` at ``T`` in ``WIDE_PADDED_TOKENS`` (``topk <= WIDE_MAX_TOPK``),
+    ``N > 32`` and for ``16 < N <= 32`` from ``T =`` ``WIDE_PADDED_MIN_TOKENS`` on (``topk <= WIDE_MAX_TOPK``),
     else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, in clusters of 8 from
@@ -432,7 +433,7 @@ def _default_head_tiles(
     wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
     if not (wide_fits and _wide_serves(num_heads)):
         return narrow_head_tiles(num_heads)
-    wide = num_heads > 2 * HEAD_TILE_ROWS or WIDE_PADDED_TOKENS[0] <= num_tokens <= WIDE_PADDED_TOKENS[1]
+    wide = num_heads > 2 * HEAD_TILE_ROWS or num_tokens >= WIDE_PADDED_MIN_TOKENS
     return WIDE_HEAD_TILES if wide else narrow_head_tiles(num_heads)
 
 
