@@ -284,7 +284,8 @@ def grid_caches(
     (:func:`quantized_cache`, same values up to it). Prints their size with ``info``."""
     narrowest = min(f.slot_bytes for f in formats)
     copies_of = {t: num_copies(t, FLAGS.topk, l2_bytes, narrowest) for t in tokens}
-    num_blocks = max(copies_of[t] * t for t in tokens) * blocks_per_context(FLAGS.context)
+    requests = {t: -(-t // FLAGS.tokens_per_request) for t in tokens}  # make_copies: one context a request
+    num_blocks = max(copies_of[t] * requests[t] for t in tokens) * blocks_per_context(FLAGS.context)
     cache_gib = sum(num_blocks * KV_BLOCK_SIZE * f.slot_bytes for f in formats) / 2**30
     print(f"caches: {num_blocks} blocks each of {', '.join(f.name for f in formats)} ({cache_gib:.1f} GiB); "
           f"{', '.join(f'{k} {v}' for k, v in info.items())}", flush=True)

@@ -50,10 +50,11 @@
 #   write_kv and the routed forward in one CUDA graph, with and without the forward, next to the back-to-back
 #   forward, both cache formats, N 16, 64, 128 x T 1..16, into $OUT/model_step/ (model_step.csv, .png, .log; its
 #   summary line into summary.txt); after bench it runs with the routing table bench wrote. Extra flags apply.
-#   side_by_side and model_step with SPARSE_MLA_DECODE_LIBRARY set (a decode library built elsewhere, e.g. on the CPU):
-#   no build, this machine's python3 runs the tool; the FA3 paths need SPARSE_MLA_FA3_LIBRARY too, else bench leaves
-#   them out and routes the FA3 cells to Triton (2026-12-07, an H100: the whole grid, ncu and the fp8_ds_mla model step
-#   took 64 s over two calls).
+#   bench, host_time, side_by_side and model_step with SPARSE_MLA_DECODE_LIBRARY set (a decode library built elsewhere,
+#   e.g. on the CPU): no build, this machine's python3 runs the tool; the FA3 paths need SPARSE_MLA_FA3_LIBRARY too (FA3
+#   built on the CPU against torch 2.11.0+cu130 from PyPI loads there), else bench leaves them out and routes the FA3
+#   cells to Triton (2026-12-07, an H100: the routing grid of N 1..128 x T 1..1024 took 68 s, the side-by-side grid
+#   and ncu 67 s).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}
@@ -176,7 +177,7 @@ for step in "${steps[@]}"; do
       ;;
     bench)
       mkdir -p "$out/bench"
-      "$bazel" run "${flags[@]}" //tools:bench -- --out_dir="$out/bench" --write_routing_table "$@" \
+      run_tool bench --out_dir="$out/bench" --write_routing_table "$@" \
         > "$out/bench/bench.log" 2>&1
       rc=$?
       cp -f py/sparse_mla/routing_table.json "$out/bench/"
@@ -257,7 +258,7 @@ for step in "${steps[@]}"; do
       ;;
     host_time)
       mkdir -p "$out/host"
-      "$bazel" run "${flags[@]}" //tools:bench -- --host_time --out_dir="$out/host" > "$out/host/host_time.log" 2>&1
+      run_tool bench --host_time --out_dir="$out/host" > "$out/host/host_time.log" 2>&1
       echo "host_time: rc=$?" | tee -a "$out/summary.txt"
       grep -A20 "host µs per eager call" "$out/host/host_time.log"
       ;;

@@ -1,39 +1,47 @@
-"""Writes py/sparse_mla/routing_table.json from a tools/bench.py grid CSV: for each cache format, per (N, T) the
+"""Writes py/sparse_mla/routing_table.json from tools/bench.py grid CSVs: for each cache format, per (N, T) the
 fastest route that reads it (sparse_mla.routing.table_from_bench_rows: the bf16 grid from the `<route>_us`
 columns, the fp8_ds_mla grid from the `<route>_fp8_us` columns); a format with fewer than two routes timed
-keeps its grid. With --merge, the CSV's heads N replace only their rows of each grid (the CSV must time the grid's
-T), the other rows and their provenance stay. Run: python3 tools/make_routing_table.py <out_dir>/bench.csv [--merge]"""
+keeps its grid. Several CSVs (each timing the same routes, e.g. T <= 1024 at one token a request and larger T
+at several) make one grid of their points together; a provenance line that differs between them lists each
+value. With --merge, the CSVs' heads N replace only their rows of each grid (they must time the grid's T), the
+other rows and their provenance stay.
+Run: python3 tools/make_routing_table.py <out_dir>/bench.csv [more.csv ...] [--merge]"""
 
 import csv
 import json
 import sys
+from typing import List
 
 from sparse_mla import routing
 
 
-def main(bench_csv: str, merge: bool = False) -> None:
-    with open(bench_csv) as f:
-        lines = f.read().splitlines()
-    provenance = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
-    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+def main(bench_csvs: List[str], merge: bool = False) -> None:
+    provenance, rows = {}, []
+    for bench_csv in bench_csvs:
+        with open(bench_csv) as f:
+            lines = f.read().splitlines()
+        for key, value in (line[2:].split(": ", 1) for line in lines if line.startswith("# ")):
+            if value not in provenance.get(key, "").split("; "):  # a value that differs between CSVs: each
+                provenance[key] = f"{provenance[key]}; {value}" if key in provenance else value
+        rows += csv.DictReader(line for line in lines if not line.startswith("#"))
     for cache_format in routing.CACHE_FORMATS:
         table = routing.table_from_bench_rows(rows, cache_format)
         if table is None:
-            print(f"{cache_format}: fewer than two routes timed in {bench_csv}: grid left as it was")
+            print(f"{cache_format}: fewer than two routes timed in {', '.join(bench_csvs)}: grid left as it was")
             continue
-        source = bench_csv
+        source = ", ".join(bench_csvs)
         if merge:
             measured = ", ".join(str(n) for n in table[0])
             table = routing.with_rows_of(routing.load_table(cache_format=cache_format), table)
             with open(routing.ROUTING_TABLE) as f:
                 old_source = json.load(f)[cache_format]["provenance"]["source"]
-            source = f"{bench_csv} (rows N = {measured}); other rows: {old_source}"
+            source = f"{source} (rows N = {measured}); other rows: {old_source}"
         routing.write_table(table, {**provenance, "source": source}, cache_format=cache_format)
         print(f"{cache_format}: wrote its grid into {routing.ROUTING_TABLE}")
 
 
 if __name__ == "__main__":
     arguments = [a for a in sys.argv[1:] if a != "--merge"]
-    if len(arguments) != 1:
-        sys.exit("usage: python3 tools/make_routing_table.py <out_dir>/bench.csv [--merge]")
-    main(arguments[0], merge="--merge" in sys.argv[1:])
+    if not arguments:
+        sys.exit("usage: python3 tools/make_routing_table.py <out_dir>/bench.csv [more.csv ...] [--merge]")
+    main(arguments, merge="--merge" in sys.argv[1:])
