@@ -128,8 +128,7 @@ def test_more_token_groups_than_a_grid_holds(num_heads, cache_format, num_splits
         torch.tensor([[2, 0]], dtype=torch.int32, device=device))
     if cache_format == "fp8_ds_mla":
         case = testing.fp8_ds_mla_case(case)
-    # N <= 32: the first kernel asked for (the plan takes the swap-AB kernel at N <= 16, tile64 at 16 < N <= 32)
-    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 32 else {}
+    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 16 else {}  # not the swap-AB kernel
     launch = decode.plan(num_tokens, num_heads, _num_sms(), topk=16, **shape)
     if num_splits > 1:
         launch = dataclasses.replace(launch, cta_chunk=16, cluster_size=1, num_splits=num_splits,
