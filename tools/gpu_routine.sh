@@ -51,10 +51,10 @@
 #   forward, both cache formats, N 16, 64, 128 x T 1..16, into $OUT/model_step/ (model_step.csv, .png, .log; its
 #   summary line into summary.txt); after bench it runs with the routing table bench wrote. Extra flags apply.
 #   bench, host_time, side_by_side and model_step with SPARSE_MLA_DECODE_LIBRARY set (a decode library built elsewhere,
-#   e.g. on the CPU): no build, this machine's python3 runs the tool; the FA3 paths need SPARSE_MLA_FA3_LIBRARY too (FA3
-#   built on the CPU against torch 2.11.0+cu130 from PyPI loads there), else bench leaves them out and routes the FA3
-#   cells to Triton (2026-12-07, an H100: the routing grid of N 1..128 x T 1..1024 took 68 s, the side-by-side grid
-#   and ncu 67 s).
+#   e.g. on the CPU by tools/build_device_libs.sh): no build, this machine's python3 runs the tool; the FA3 paths need
+#   SPARSE_MLA_FA3_LIBRARY too (FA3 built on the CPU against PyPI's torch 2.11.0+cu130 loads there), else bench leaves
+#   them out and routes the FA3 cells to Triton (2026-12-07, an H100: the routing grid of N 1..128 x T 1..1024 took
+#   68 s, the side-by-side grid and ncu 67 s).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-$PWD/gpu_out}

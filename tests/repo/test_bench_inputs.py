@@ -43,3 +43,15 @@ def test_tokens_are_grouped_into_requests(per_request, query_lens):
 def test_no_request_without_tokens():
     with pytest.raises(Exception, match="tokens_per_request=0: 0 is not a positive integer"):
         bench.FLAGS(["bench", "--tokens_per_request=0"])
+
+
+@pytest.mark.parametrize("per_request, num_blocks", [(1, 16 * 33), (8, 2 * 33), (64, 33)])
+def test_the_cache_holds_one_context_a_request(per_request, num_blocks):
+    """The grid's cache is sized by requests, not tokens (T = 8192 at 64 tokens a request: 128 contexts), and every
+    request of a copy gets its own blocks of it."""
+    bench.FLAGS(["bench", f"--tokens_per_request={per_request}", f"--context={CONTEXT}", f"--topk={TOPK}"])
+    gen = testing.make_generator(torch.device("cpu"), 0)
+    copies_of, caches = bench.grid_caches([16], [bench.kv_cache_format.BF16], 1, gen, {})  # 1-byte L2: one copy
+    assert copies_of == {16: 1} and caches["bfloat16"].shape[0] == num_blocks
+    (copy,) = bench.make_copies(16, 1, 1, num_blocks, gen)
+    assert copy.batch.block_table.unique().numel() == num_blocks
