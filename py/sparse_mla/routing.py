@@ -3,11 +3,12 @@
 The choice is read from ``routing_table.json`` beside this file, which holds one grid per KV-cache format
 (keyed by the names of :mod:`sparse_mla.kv_cache_format`: ``"bfloat16"``, ``"fp8_ds_mla"``): for each
 measured head count ``N`` and padded token count ``T``, the fastest route reading that format in a
-benchmark run on the H200 (each grid's provenance is in the file; ``tools/bench.py --write_routing_table``
-or ``tools/make_routing_table.py`` write it), named by the keys of :data:`sparse_mla.routes.ROUTES`. A step
-between measured points takes the entry of the next measured ``N`` and ``T`` at or above it (the largest
-beyond the table). Where the table's route cannot run here (e.g. FA3 without its extension, or not on
-Hopper) or cannot read the step's KV-cache format (``Route.cache_formats``), its ``fallback`` runs instead.
+benchmark run on a Hopper GPU (each grid's provenance, the GPU included, is in the file;
+``tools/bench.py --write_routing_table`` or ``tools/make_routing_table.py`` write it), named by the keys of
+:data:`sparse_mla.routes.ROUTES`. A step between measured points takes the entry of the next measured ``N`` and
+``T`` at or above it (the largest beyond the table). Where the table's route cannot run here (e.g. FA3 without its
+extension, or not on Hopper) or cannot read the step's KV-cache format (``Route.cache_formats``), its ``fallback``
+runs instead.
 A grid written by hand before it was measured says so in its provenance (``"note": "not measured yet"``).
 
 The metadata builder asks once per padded ``T`` and keeps the answer (with the rest of the step's
