@@ -5,7 +5,8 @@ keeps its grid. Several CSVs (each timing the same routes, e.g. T <= 1024 at one
 at several) make one grid of their points together; a provenance line that differs between them lists each
 value. With --merge, the CSVs' heads N replace only their rows of each grid (they must time the grid's T), the
 other rows and their provenance stay.
-Run: python3 tools/make_routing_table.py <out_dir>/bench.csv [more.csv ...] [--merge]"""
+Run: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir>/bench.csv [more.csv ...] [--merge]
+(an interpreter with torch: tools/python_env.sh prints one)."""
 
 import csv
 import json
@@ -43,5 +44,6 @@ def main(bench_csvs: List[str], merge: bool = False) -> None:
 if __name__ == "__main__":
     arguments = [a for a in sys.argv[1:] if a != "--merge"]
     if not arguments:
-        sys.exit("usage: python3 tools/make_routing_table.py <out_dir>/bench.csv [more.csv ...] [--merge]")
+        sys.exit('usage: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir>/bench.csv '
+                 "[more.csv ...] [--merge]")
     main(arguments, merge="--merge" in sys.argv[1:])
