@@ -19,12 +19,10 @@ out=$(mkdir -p "$1" && cd "$1" && pwd)
 torch_version=${2:-2.11.0}
 venv=${SPARSE_MLA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sparse_mla}/torch-$torch_version
 [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
-# That torch with its own triton, and the rest of what tools/python_env.sh asks for; again after an interrupted install.
-if ! "$venv/bin/python3" -c "import absl, matplotlib, numpy, pytest, torch
-assert torch.__version__.split('+')[0] == '$torch_version'" 2>/dev/null; then
-  grep -vE "^(torch|triton)==" "$root/tools/ci/requirements.txt" |
-    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "torch==$torch_version" -r /dev/stdin
-fi
+# That torch with its own triton, and the rest of what tools/python_env.sh asks for (a no-op once all are there; it
+# completes an interrupted install).
+grep -vE "^(torch|triton)==" "$root/tools/ci/requirements.txt" |
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "torch==$torch_version" -r /dev/stdin
 cd "$root"
 PYTHON_BIN_PATH=$venv/bin/python3 tools/bazel build --config=sm90 //cc:libsparse_mla_decode.so //cc:libsparse_mla_fa3.so
 install -m 0755 bazel-bin/cc/libsparse_mla_decode.so bazel-bin/cc/libsparse_mla_fa3.so "$out/"
