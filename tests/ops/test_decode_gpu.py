@@ -240,21 +240,19 @@ def test_fp8_ds_mla_cache_matches_reference(num_tokens, num_heads):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"fp8_ds_mla T={num_tokens} N={num_heads}")
 
 
-@pytest.mark.parametrize("num_tokens, num_heads", [(160, 64), (80, 128), (265, 16), (140, 32)])
+@pytest.mark.parametrize("num_tokens, num_heads", [(265, 16), (140, 32)])
 def test_fp8_ds_mla_grids_split_without_the_cap_match_reference(num_tokens, num_heads):
     """fp8_ds_mla where the plan on this device's capacity, as the decode route makes it, splits without
-    the CTAs-per-SM cap, in a workspace sized by decode.workspace_for_max_tokens: the 64-head (tile64)
-    kernel's unsplit grid a wave and a short tail (160 CTAs: 1.2 waves of 132 SMs, 1.4 of 114;
-    decode.FP8_WIDE_TAIL_MAX_WAVES), and the first kernel's between 1 and 4 CTAs per SM (16 and 32 heads
-    per CTA; decode.FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)."""
+    the CTAs-per-SM cap, in a workspace sized by decode.workspace_for_max_tokens: the first kernel's grids
+    between 1 and 4 CTAs per SM (16 and 32 heads per CTA; decode.FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)."""
     case = testing.fp8_ds_mla_case(testing.make_attention_case(num_tokens, num_heads, _device(), seed=num_tokens,
                                                                pattern=PATTERNS[num_tokens % 3], drop_fraction=0.1))
     capacity = decode.cluster_capacity(torch.cuda.current_device())
-    # N <= 32: the first kernel asked for (the plan takes the swap-AB kernel at N <= 16, tile64 at 16 < N <= 32)
-    shape = dict(head_tiles=decode.narrow_head_tiles(num_heads)) if num_heads <= 32 else {}
-    launch = decode.plan(num_tokens, num_heads, _num_sms(), cluster_capacity=capacity, fp8_ds_mla=True, **shape)
-    kernel = decode.WIDE_HEAD_TILES if num_heads > 32 else decode.narrow_head_tiles(num_heads)
-    assert launch.head_tiles == kernel and launch.num_splits > 1, launch
+    # the first kernel asked for (the plan takes the swap-AB kernel at N <= 16, tile64 at 16 < N <= 32)
+    head_tiles = decode.narrow_head_tiles(num_heads)
+    launch = decode.plan(num_tokens, num_heads, _num_sms(), cluster_capacity=capacity, fp8_ds_mla=True,
+                         head_tiles=head_tiles)
+    assert launch.head_tiles == head_tiles and launch.num_splits > 1, launch
     workspace = decode.workspace_for_max_tokens(num_tokens, num_heads, _num_sms(), _device(),
                                                 cluster_capacity=capacity, fp8_ds_mla=True)
     out, lse = run_decode(case, launch, workspace)

@@ -125,9 +125,6 @@ SMALL_CHUNK_MIN_GROUPS = 32
 FP8_THREE_CTAS_MIN_GROUPS = 48
 """fp8_ds_mla, 16 heads per CTA: 3 CTAs per SM from this ``T * head_groups`` on (2 leave SMs idle in a wave)."""
 
-FP8_WIDE_TAIL_MAX_WAVES = 1.5
-"""fp8_ds_mla, wide kernel: an unsplit grid of (1, this] waves is split by the wave model (no short second wave)."""
-
 FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM = 4
 """fp8_ds_mla, first kernel: an unsplit grid of (1, this] CTAs per SM is split by the wave model past the cap."""
 
@@ -245,9 +242,9 @@ def plan(
     the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
     fewest splits among equals. On the fp8_ds_mla cache the count goes up to
     :data:`UNCAPPED_MAX_SPLITS` instead, each split beyond the first charged
-    :data:`UNCAPPED_SPLIT_COST_PER_HEAD`, where the wide kernel's unsplit grid is between 1 and
-    :data:`FP8_WIDE_TAIL_MAX_WAVES` waves and where the first kernel's (one CTA per split) has between 1
-    and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM; on either cache, where the swap-AB
+    :data:`UNCAPPED_SPLIT_COST_PER_HEAD`, where the first kernel's unsplit grid (one CTA per split) has between 1
+    and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (the 64-head kernels' never: docs/decode-tuning.md);
+    on either cache, where the swap-AB
     kernel's is between 1 and :data:`SWAP_AB_UNCAPPED_MAX_WAVES` waves, each split beyond the first charged
     :data:`SWAP_AB_SPLIT_COST_IN_POSITIONS` (H200, N <= 16, top-k 2048: 2 splits at T = 133..198).
 
@@ -383,12 +380,9 @@ def _plan_splits(
         if kernel == SWAP_AB_KERNEL:  # SWAP_AB_UNCAPPED_MAX_WAVES
             uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= SWAP_AB_UNCAPPED_MAX_WAVES
             split_cost = SWAP_AB_SPLIT_COST_IN_POSITIONS
-        else:  # FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
-            uncapped = False
-            if fp8_ds_mla and cluster_size == 1 and wide:
-                uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= FP8_WIDE_TAIL_MAX_WAVES
-            elif fp8_ds_mla and cluster_size == 1:
-                uncapped = 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+        else:  # FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+            uncapped = (fp8_ds_mla and cluster_size == 1 and not wide
+                        and 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)
             split_cost = UNCAPPED_SPLIT_COST_PER_HEAD * HEAD_TILE_ROWS * head_tiles
 
         def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA + a split's cost)
@@ -494,9 +488,7 @@ def workspace_for_max_tokens(
 
     Grids smaller than ``num_sms * ctas_per_sm`` CTAs split, which keeps their partial outputs below
     ``num_sms * ctas_per_sm * 64 heads * 512 * 4`` bytes (~17 MB on the H200: the wide kernel aims at
-    one CTA per SM). With ``cluster_capacity``, fp8_ds_mla's wide-kernel grids of 1 to
-    :data:`FP8_WIDE_TAIL_MAX_WAVES` waves split too, up to five waves' partials (86.5 MB on the H200:
-    N = 64, T = 165, 4 splits of 165 CTAs), and so do the first kernel's of 1 to
+    one CTA per SM). With ``cluster_capacity``, the first kernel's fp8_ds_mla grids of 1 to
     :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (N = 16: 64.9 MB at T = 495, 4 splits;
     N = 32: 86.5 MB at T = 440, 3 splits), and the swap-AB kernel's of 1 to :data:`SWAP_AB_UNCAPPED_MAX_WAVES`
     waves on either cache (N <= 16: 13.0 MB at T = 198, 2 splits). The counters add 2 MiB (one launch's: 65535
@@ -509,12 +501,11 @@ def workspace_for_max_tokens(
     capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
     # More tokens never split again once a step's plans do not and the swap-AB kernel's grid (one CTA per
     # SM: its two tiles take 144 KB of shared memory) is past SWAP_AB_UNCAPPED_MAX_WAVES waves; on the fp8_ds_mla cache also once the default CTAs per
-    # SM is fixed (FP8_THREE_CTAS_MIN_GROUPS), the wide kernel's grid is past FP8_WIDE_TAIL_MAX_WAVES waves
-    # of at most one CTA per SM and the first kernel's past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
+    # SM is fixed (FP8_THREE_CTAS_MIN_GROUPS) and the first kernel's grid is past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
+    # CTAs per SM.
     min_tokens = SWAP_AB_UNCAPPED_MAX_WAVES * num_sms if _swap_ab_serves(max_tokens, num_heads) else 0
     if fp8_ds_mla:
-        last_band = max(FP8_WIDE_TAIL_MAX_WAVES, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM) * num_sms
-        min_tokens = max(min_tokens, FP8_THREE_CTAS_MIN_GROUPS, last_band)
+        min_tokens = max(min_tokens, FP8_THREE_CTAS_MIN_GROUPS, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM * num_sms)
     plans = []
     for t in range(1, max_tokens + 1):
         step = [plan(t, num_heads, num_sms, topk, ctas_per_sm, capacity, fp8_ds_mla=fp8_ds_mla, **shape)
