@@ -188,7 +188,7 @@ for step in "${steps[@]}"; do
     side_by_side)
       mkdir -p "$out/side_by_side"
       run_tool bench --out_dir="$out/side_by_side" --paths=routed,fa3,decode,flashmla \
-        --heads=16,64,128 --tokens=1,2,4,8,16,64,128,512 --replays=15 --flashmla_library="$FLASHMLA_LIBRARY" "$@" \
+        --heads=16,32,64,128 --tokens=1,2,4,8,16,64,128,512 --replays=15 --flashmla_library="$FLASHMLA_LIBRARY" "$@" \
         > "$out/side_by_side/bench.log" 2>&1
       rc=$?
       python3 tools/plot_side_by_side.py "$out/side_by_side/bench.csv" "$out/side_by_side/side_by_side.png"
