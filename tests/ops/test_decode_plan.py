@@ -200,7 +200,7 @@ def test_kernel_asked_for_is_the_kernel_planned(num_tokens, num_heads, kernel):
         (11, 16, 1),  # 32-position stages: 11 clusters of one split, one wave of 15 (3 splits: 3 waves)
         (15, 16, 1),
         (4, 16, 3),  # 8 splits = 32 clusters = 3 waves of 15; 3 splits = 12 clusters, one wave
-        (1, 128, 64),  # the wide kernel: 2 head groups x 64 splits = 128 CTAs, one wave of 132
+        (1, 128, 32),  # the wide kernel: 2 head groups x 32 splits of 64 positions (64: twice the partial outputs)
         (32, 16, 8),  # one CTA per split: 256 CTAs (the split count aims at 2 CTAs per SM), one wave of 396
         (128, 16, 2),  # 256 CTAs of 1024 positions
     ],
@@ -215,7 +215,29 @@ def test_plan_fits_cluster_waves(num_tokens, num_heads, num_splits):
     assert launch.cta_chunk == unbounded.cta_chunk
 
 
-def test_plan_with_unlimited_capacity_is_the_plain_plan():
+@pytest.mark.parametrize(
+    "num_tokens, num_heads, num_splits, uncharged",
+    [
+        (1, 64, 32, 64),  # one token group: 32 splits of 64 positions; 64 of 32 fill more SMs but write twice the partials
+        (2, 64, 32, 64),
+        (6, 64, 16, 22),
+        (1, 128, 32, 64),
+        (3, 128, 16, 22),
+        (8, 128, 8, 8),  # 16 token groups: the SMs cap it at 8 splits (128 CTAs) either way
+    ],
+)
+def test_wide_kernel_splits_charge_their_partial_outputs(num_tokens, num_heads, num_splits, uncharged, monkeypatch):
+    """The wide kernel's wave model charges WIDE_PARTIAL_COST_IN_POSITIONS per (token group, split) partial output."""
+    launch = decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity)
+    assert (launch.kernel, launch.num_splits) == (decode.WIDE_KERNEL, num_splits)
+    monkeypatch.setattr(decode, "WIDE_PARTIAL_COST_IN_POSITIONS", 0)
+    assert decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=h200_capacity).num_splits == uncharged
+
+
+def test_plan_with_unlimited_capacity_is_the_plain_plan(monkeypatch):
+    """With every candidate in one wave and no charge for the wide kernel's partial outputs, the wave model keeps the
+    plain plan's split count."""
+    monkeypatch.setattr(decode, "WIDE_PARTIAL_COST_IN_POSITIONS", 0)
     for num_tokens in (1, 2, 3, 8, 40):
         for num_heads in (1, 16, 32, 64, 128):
             assert decode.plan(num_tokens, num_heads, H200_SMS, cluster_capacity=lambda candidate: 10**6) == decode.plan(

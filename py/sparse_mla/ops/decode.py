@@ -151,6 +151,10 @@ WIDE_MAX_TOPK = 4096
 WAVE_COST_IN_POSITIONS = 64
 """A wave's fixed cost in positions per CTA: ~5 µs of index translation, first gather and merges."""
 
+WIDE_PARTIAL_COST_IN_POSITIONS = 1
+"""The wide kernel's wave model charges each partial output (one per token group and split, which the split merge
+kernel reads back) this many positions of a CTA: at T * head_groups <= 2 it takes 32 splits of 64 positions, not 64."""
+
 
 @dataclasses.dataclass(frozen=True)
 class DecodePlan:
@@ -239,7 +243,8 @@ def plan(
     a candidate plan's kernel configuration the device runs at once (:func:`max_active_clusters`).
     A cluster's 8 CTAs must share one GPC, so fewer clusters fit than ``SMs / 8 * CTAs per SM``
     suggests, and a grid one cluster too large runs twice as long. The splits are then chosen, up to
-    the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), the
+    the count above, to minimize waves x (:data:`WAVE_COST_IN_POSITIONS` + positions per CTA), plus, for the wide
+    kernel, :data:`WIDE_PARTIAL_COST_IN_POSITIONS` per partial output (``T * head_groups * splits``), the
     fewest splits among equals. On the fp8_ds_mla cache the count goes up to
     :data:`UNCAPPED_MAX_SPLITS` instead, each split beyond the first charged
     :data:`UNCAPPED_SPLIT_COST_PER_HEAD`, where the first kernel's unsplit grid (one CTA per split) has between 1
@@ -385,11 +390,12 @@ def _plan_splits(
                         and 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)
             split_cost = UNCAPPED_SPLIT_COST_PER_HEAD * HEAD_TILE_ROWS * head_tiles
 
-        def wave_steps(s: int) -> int:  # waves x (fixed cost + positions per CTA + a split's cost)
+        def wave_steps(s: int) -> float:  # waves x (fixed cost + positions per CTA + a split's cost), + partials
             positions, capacity = positions_and_capacity(s)
             split = split_cost if uncapped and s > 1 else 0
             per_cta = WAVE_COST_IN_POSITIONS + positions // cluster_size + split
-            return -(-token_groups * s // capacity) * per_cta
+            partials = WIDE_PARTIAL_COST_IN_POSITIONS * token_groups * s if kernel == WIDE_KERNEL and s > 1 else 0
+            return -(-token_groups * s // capacity) * per_cta + partials
 
         if uncapped:
             splits = max(min_splits, min(UNCAPPED_MAX_SPLITS, chunks))
