@@ -218,7 +218,7 @@ def test_plan_fits_cluster_waves(num_tokens, num_heads, num_splits):
 @pytest.mark.parametrize(
     "num_tokens, num_heads, num_splits, uncharged",
     [
-        (1, 64, 32, 64),  # one token group: 32 splits of 64 positions; 64 of 32 fill more SMs but write twice the partials
+        (1, 64, 32, 64),  # one token group: 32 splits of 64 positions (64 of 32: more SMs, twice the partials)
         (2, 64, 32, 64),
         (6, 64, 16, 22),
         (1, 128, 32, 64),

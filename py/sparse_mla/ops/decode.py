@@ -505,10 +505,10 @@ def workspace_for_max_tokens(
     if _swap_ab_serves(max_tokens, num_heads):
         shapes.append(dict(kernel=SWAP_AB_KERNEL))
     capacities = (None,) if cluster_capacity is None else (None, cluster_capacity)
-    # More tokens never split again once a step's plans do not and the swap-AB kernel's grid (one CTA per
-    # SM: its two tiles take 144 KB of shared memory) is past SWAP_AB_UNCAPPED_MAX_WAVES waves; on the fp8_ds_mla cache also once the default CTAs per
-    # SM is fixed (FP8_THREE_CTAS_MIN_GROUPS) and the first kernel's grid is past FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
-    # CTAs per SM.
+    # More tokens never split again once a step's plans do not and the swap-AB kernel's grid (one CTA per SM: its
+    # two tiles take 144 KB of shared memory) is past SWAP_AB_UNCAPPED_MAX_WAVES waves; on the fp8_ds_mla cache also
+    # once the default CTAs per SM is fixed (FP8_THREE_CTAS_MIN_GROUPS) and the first kernel's grid is past
+    # FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM CTAs per SM.
     min_tokens = SWAP_AB_UNCAPPED_MAX_WAVES * num_sms if _swap_ab_serves(max_tokens, num_heads) else 0
     if fp8_ds_mla:
         min_tokens = max(min_tokens, FP8_THREE_CTAS_MIN_GROUPS, FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM * num_sms)
