@@ -127,6 +127,9 @@ flags.DEFINE_integer("decode_head_tiles", None, "Head tiles of 16 per decode CTA
 flags.DEFINE_integer("decode_kernel", None, "The decode kernel of the plan (sparse_mla.ops.decode.SWAP_AB_KERNEL: "
                      "the swap-AB one, TILE64_KERNEL: the tile64 one); default: the plan's rule.")
 flags.DEFINE_integer("decode_ctas_per_sm", None, "CTAs per SM the decode kernel's plan aims for; default: the plan's rule (sparse_mla.ops.decode.plan).")
+flags.DEFINE_multi_string("planner_constant", [], "NAME=VALUE: this run's value of the decode planner's numeric "
+                          "constant NAME (sparse_mla.ops.decode, e.g. WIDE_PARTIAL_COST_IN_POSITIONS=0), to time a "
+                          "candidate against the current one; repeatable; recorded in the CSV header.")
 flags.DEFINE_integer("topk", INDEX_TOPK, "Top-k positions per token.")
 flags.DEFINE_integer("context", 32768, "Positions of each request's context (all valid, >= topk).")
 flags.DEFINE_integer("tokens_per_request", 1, "Query tokens per request: each point's T tokens are split into "
@@ -485,10 +488,12 @@ def _git_revision() -> str:
 
 
 def provenance() -> Dict[str, str]:
+    planner = {"planner": ", ".join(FLAGS.planner_constant)} if FLAGS.planner_constant else {}
     if not torch.cuda.is_available():  # --host_time on the CPU
         return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "device": "cpu (no CUDA device)", "torch": torch.__version__, "triton": triton.__version__,
-                "git": FLAGS.git_revision or _git_revision(), "fa3": f"unavailable: {fa3.is_available().reason}"}
+                "git": FLAGS.git_revision or _git_revision(), "fa3": f"unavailable: {fa3.is_available().reason}",
+                **planner}
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     driver = "unknown"
     with contextlib.suppress(Exception):
@@ -506,6 +511,7 @@ def provenance() -> Dict[str, str]:
         "fa3": "available" if fa3.is_available() else f"unavailable: {fa3.is_available().reason}",
         "inputs": f"context {FLAGS.context}, top-k {FLAGS.topk}, {FLAGS.tokens_per_request} token(s) a request, "
                   f"{FLAGS.block_placement} blocks",
+        **planner,
     }
 
 
@@ -899,8 +905,30 @@ def run_host_time(info: Dict[str, str]) -> None:
     print(f"wrote {path}")
 
 
+def planner_constants() -> Dict[str, float]:
+    """``--planner_constant`` as {NAME: value}, each NAME an int or float constant of sparse_mla.ops.decode and each
+    value of its type; ``app.UsageError`` naming the flag otherwise."""
+    constants = {}
+    for item in FLAGS.planner_constant:
+        name, _, text = item.partition("=")
+        current = getattr(decode, name, None) if name.isupper() else None
+        if type(current) not in (int, float):
+            raise app.UsageError(f"--planner_constant expected NAME=VALUE with NAME an int or float constant of "
+                                 f"sparse_mla.ops.decode, got {item!r}")
+        try:
+            constants[name] = type(current)(text)
+        except ValueError:
+            raise app.UsageError(
+                f"--planner_constant {name} expected {'an int' if type(current) is int else 'a float'}, got {text!r}"
+            ) from None
+    return constants
+
+
 def check_flags() -> None:
-    """The flags every mode reads (also ``tools/model_step_bench.py``'s): ``app.UsageError`` naming a bad one."""
+    """The flags every mode reads (also ``tools/model_step_bench.py``'s): ``app.UsageError`` naming a bad one. Sets the
+    planner constants of ``--planner_constant``."""
+    for name, value in planner_constants().items():
+        setattr(decode, name, value)
     if FLAGS.out_dir is None:
         raise app.UsageError("--out_dir is required")
     unknown = [name for name in FLAGS.cache_formats if name not in routing.CACHE_FORMATS]

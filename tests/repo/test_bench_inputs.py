@@ -1,5 +1,6 @@
 """tools/bench.py's inputs on the CPU: ``--tokens_per_request`` groups a copy's query tokens into requests (the last
-takes the rest), each token of a request at its own position of the request's context, every top-k row full."""
+takes the rest), each token of a request at its own position of the request's context, every top-k row full;
+``--planner_constant`` sets a decode planner constant for the run."""
 
 import pathlib
 import sys
@@ -55,3 +56,26 @@ def test_the_cache_holds_one_context_a_request(per_request, num_blocks):
     assert copies_of == {16: 1} and caches["bfloat16"].shape[0] == num_blocks
     (copy,) = bench.make_copies(16, 1, 1, num_blocks, gen)
     assert copy.batch.block_table.unique().numel() == num_blocks
+
+
+def test_planner_constants_are_set_for_the_run(monkeypatch):
+    for name in ("WIDE_PARTIAL_COST_IN_POSITIONS", "UNCAPPED_MAX_SPLITS"):
+        monkeypatch.setattr(bench.decode, name, getattr(bench.decode, name))  # restored after the test
+    bench.FLAGS(["bench", "--out_dir=unused", "--planner_constant=WIDE_PARTIAL_COST_IN_POSITIONS=0",
+                 "--planner_constant=UNCAPPED_MAX_SPLITS=4"])
+    bench.check_flags()
+    assert (bench.decode.WIDE_PARTIAL_COST_IN_POSITIONS, bench.decode.UNCAPPED_MAX_SPLITS) == (0, 4)
+    assert bench.provenance()["planner"] == "WIDE_PARTIAL_COST_IN_POSITIONS=0, UNCAPPED_MAX_SPLITS=4"
+
+
+@pytest.mark.parametrize("item, message", [
+    ("NO_SUCH_CONSTANT=1", "NAME an int or float constant"),
+    ("PLAN_FIELDS=1", "NAME an int or float constant"),  # a tuple
+    ("plan=1", "NAME an int or float constant"),  # a function
+    ("WIDE_PARTIAL_COST_IN_POSITIONS", "expected an int, got ''"),
+    ("UNCAPPED_MAX_SPLITS=1.5", "expected an int, got '1.5'"),
+])
+def test_bad_planner_constants_name_the_flag(item, message):
+    bench.FLAGS(["bench", "--out_dir=unused", f"--planner_constant={item}"])
+    with pytest.raises(bench.app.UsageError, match=f"--planner_constant.*{message}"):
+        bench.check_flags()
