@@ -23,10 +23,12 @@ and ``FLOPs = 2·T·N·topk·(576 + 512)``. One replayed graph runs the call on 
 inputs in turn (all drawing rows from one large cache), so that the rows of a call are not in the
 L2 from the previous one (the copies together touch at least 4x the L2 in rows of the narrowest format timed).
 It prints a line per point and a table, and writes ``bench.csv`` and ``bench.png`` (µs vs T, one panel per N)
-into ``--out_dir``, each stamped with the date, GPU, driver, torch / triton versions and git revision. With
-``--check`` each path's output is also compared with the fp32 reference
-(``sparse_mla.reference.sparse_mla_reference``) on the cache it read: on the fp8_ds_mla cache that reference
-dequantizes the gathered slots, so ``*_fp8_relerr`` is the kernel's error alone, not the quantization's.
+into ``--out_dir``, each stamped with the date, GPU, driver, torch / triton versions and git revision, and with any
+``--planner_constant=NAME=VALUE`` (repeatable: that value of a decode planner constant of ``sparse_mla.ops.decode``
+for the run, to time a candidate against the current one). With ``--check`` each path's output is also compared
+with the fp32 reference (``sparse_mla.reference.sparse_mla_reference``) on the cache it read: on the fp8_ds_mla
+cache that reference dequantizes the gathered slots, so ``*_fp8_relerr`` is the kernel's error alone, not the
+quantization's.
 
 Each path runs on each format of ``--cache_formats`` it can read (default both): the bf16 cache
 ``[num_blocks, 64, 576]`` and the fp8_ds_mla cache ``[num_blocks, 64, 656]`` uint8, which is the bf16 cache
