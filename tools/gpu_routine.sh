@@ -3,7 +3,7 @@
 # builds our op libraries (the decode kernels; FA3 with our index conversion) from local upstream
 # sources with Bazel and runs the GPU suite, then optionally the benchmark. Logs and results go to $OUT (default: ./gpu_out).
 #
-# It expects, in the git-ignored folder .device/ (ship it with the run):
+# It expects, in the git-ignored folder .device/ (ship it with the run; tools/device_bundle.sh assembles it):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time] [libs_ab]
