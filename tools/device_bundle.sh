@@ -6,10 +6,10 @@
 #                    (the sources the build pins, docs/building.md), for gpu_routine's build steps;
 #   bazel            the self-contained Bazel of .bazelversion (npm @bazel/bazel-linux_x64), installed once into
 #                    $SPARSE_MLA_CACHE as tools/bazel installs it (the device has no Java for another Bazel);
-#   flashmla/        vllm/_flashmla_C.abi3.so and vllm/third_party/flashmla/flash_mla_interface.py of vLLM 0.26.0's wheel
-#                    from PyPI: FlashMLA's Hopper kernels as the shared anchors ran them, for the side_by_side step;
-#   libs_head/       the op libraries of this checkout, tools/build_device_libs.sh's, so that the benchmark, memcheck
-#                    and libs_ab steps need no device build.
+#   flashmla/        vllm/_flashmla_C.abi3.so and vllm/third_party/flashmla/flash_mla_interface.py of vLLM 0.26.0's
+#                    wheel from PyPI: FlashMLA's Hopper kernels as the shared anchors ran them, for side_by_side;
+#   libs_head/       the op libraries of this checkout, tools/build_device_libs.sh's, so that the benchmark,
+#                    memcheck and libs_ab steps need no device build.
 # Usage: SGL_ATTN_SRC_DIR=... CUTLASS_SRC_DIR=... tools/device_bundle.sh [DIR]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
