@@ -9,8 +9,9 @@
 #   flashmla/        vllm/_flashmla_C.abi3.so and vllm/third_party/flashmla/flash_mla_interface.py of vLLM 0.26.0's
 #                    wheel from PyPI: FlashMLA's Hopper kernels as the shared anchors ran them, for side_by_side;
 #   libs_head/       the op libraries of this checkout, tools/build_device_libs.sh's, so that the benchmark,
-#                    memcheck and libs_ab steps need no device build.
-# Usage: SGL_ATTN_SRC_DIR=... CUTLASS_SRC_DIR=... tools/device_bundle.sh [DIR]
+#                    memcheck and libs_ab steps need no device build (its REVISION names the commit; a warning
+#                    says when that is not the checkout's).
+# Usage: SGL_ATTN_SRC_DIR=... CUTLASS_SRC_DIR=... tools/device_bundle.sh [DIR] (both directories required)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=$(mkdir -p "${1:-$root/.device}" && cd "${1:-$root/.device}" && pwd)
@@ -52,4 +53,9 @@ EOF
 fi
 
 [ -f "$out/libs_head/libsparse_mla_decode.so" ] || "$root/tools/build_device_libs.sh" "$out/libs_head"
+checkout=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)
+built=$(cut -d' ' -f1 "$out/libs_head/REVISION" 2>/dev/null || true)
+[ -z "$checkout" ] || [ "$built" = "$checkout" ] ||
+  echo "tools/device_bundle.sh: $out/libs_head was built at '${built:-?}', the checkout is at $checkout:" \
+    "delete it to rebuild" >&2
 du -sh "$out"/*
