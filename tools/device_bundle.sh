@@ -4,8 +4,8 @@
 # remake it):
 #   upstream.tar.xz  sgl-attn/hopper/ of SGL_ATTN_SRC_DIR and cutlass/{include,tools/util/include} of CUTLASS_SRC_DIR
 #                    (the sources the build pins, docs/building.md), for gpu_routine's build steps;
-#   bazel            the self-contained Bazel of .bazelversion (npm @bazel/bazel-linux_x64), installed once into
-#                    $SPARSE_MLA_CACHE as tools/bazel installs it (the device has no Java for another Bazel);
+#   bazel            the self-contained Bazel of .bazelversion (tools/npm_bazel.sh: npm @bazel/bazel-linux_x64, in
+#                    $SPARSE_MLA_CACHE; the device has no Java for another Bazel);
 #   flashmla/        vllm/_flashmla_C.abi3.so and vllm/third_party/flashmla/flash_mla_interface.py of vLLM 0.26.0's
 #                    wheel from PyPI: FlashMLA's Hopper kernels as the shared anchors ran them, for side_by_side;
 #   libs_head/       the op libraries of this checkout, tools/build_device_libs.sh's, so that the benchmark,
@@ -15,7 +15,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=$(mkdir -p "${1:-$root/.device}" && cd "${1:-$root/.device}" && pwd)
-cache=${SPARSE_MLA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sparse_mla}
 : "${SGL_ATTN_SRC_DIR:?the sgl-attn sources (with hopper/): SGL_ATTN_SRC_DIR}"
 : "${CUTLASS_SRC_DIR:?the CUTLASS sources (with include/): CUTLASS_SRC_DIR}"
 flashmla_vllm=0.26.0  # the wheel the shared anchors took FlashMLA's Hopper kernels from
@@ -31,10 +30,7 @@ if [ ! -f "$out/upstream.tar.xz" ]; then
 fi
 
 if [ ! -x "$out/bazel" ]; then
-  version=$(<"$root/.bazelversion")
-  prefix=$cache/bazel-$version
-  binary=$prefix/node_modules/@bazel/bazel-linux_x64/bazel-$version-linux-x86_64
-  [ -x "$binary" ] || npm install --silent --no-audit --no-fund --prefix "$prefix" "@bazel/bazel-linux_x64@$version"
+  binary=$("$root/tools/npm_bazel.sh")
   install -m 0755 "$binary" "$out/bazel"
 fi
 
