@@ -14,8 +14,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
-WRAPPER_FILES = [".bazelversion", "tools/bazel", "tools/npm_bazel.sh", "tools/python_env.sh", "tools/ci/requirements.txt",
-                 "tools/offline/write_bazelrc.sh"]
+WRAPPER_FILES = [".bazelversion", "tools/bazel", "tools/npm_bazel.sh", "tools/python_env.sh",
+                 "tools/ci/requirements.txt", "tools/offline/write_bazelrc.sh"]
 
 STAND_IN_BAZEL = """#!/usr/bin/env bash
 echo "bazel=$0"
