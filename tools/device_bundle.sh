@@ -19,6 +19,10 @@ out=$(mkdir -p "${1:-$root/.device}" && cd "${1:-$root/.device}" && pwd)
 : "${CUTLASS_SRC_DIR:?the CUTLASS sources (with include/): CUTLASS_SRC_DIR}"
 flashmla_vllm=0.26.0  # the wheel the shared anchors took FlashMLA's Hopper kernels from
 
+# The libraries first: their build checks the sources against the pins (third_party/pinned_source.bzl), so a tree of
+# another version stops the bundle before it is packed.
+[ -f "$out/libs_head/libsparse_mla_decode.so" ] || "$root/tools/build_device_libs.sh" "$out/libs_head"
+
 if [ ! -f "$out/upstream.tar.xz" ]; then
   staging=$(mktemp -d)
   mkdir -p "$staging/sgl-attn" "$staging/cutlass/tools/util"
@@ -48,7 +52,6 @@ EOF
   rm -rf "$wheels"
 fi
 
-[ -f "$out/libs_head/libsparse_mla_decode.so" ] || "$root/tools/build_device_libs.sh" "$out/libs_head"
 checkout=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)
 built=$(cut -d' ' -f1 "$out/libs_head/REVISION" 2>/dev/null || true)
 [ -z "$checkout" ] || [ "$built" = "$checkout" ] ||
