@@ -31,9 +31,19 @@ constexpr int kMergeCols = kKvLoraRank / kMergeSlices;  // 16
 constexpr int kMergeUnroll = 16;
 static_assert(kHeads * kMergeCols / 4 == kThreads, "4 columns of the merge per thread");
 
-// The split merge starts early (a programmatic dependent launch) up to this many splits; with more, its
-// early CTAs crowd onto the few SMs the kernel leaves free (docs/decode-kernels.md).
+// The split merge starts early (a programmatic dependent launch) up to this many splits, or while the kernel's
+// CTAs fill at most half the SMs; otherwise its early CTAs crowd onto the few SMs the kernel leaves free
+// (docs/decode-kernels.md).
 constexpr int kEarlyMergeMaxSplits = 16;
+
+// Whether the merge of a launch of `kernel_ctas` CTAs with `num_splits` splits starts early (see above).
+inline bool merge_starts_early(int num_splits, int64_t kernel_ctas) {
+  if (num_splits <= kEarlyMergeMaxSplits) return true;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return false;
+  return 2 * kernel_ctas <= sms;
+}
 
 // The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every
 // split of (token, head group) g of its launch's tokens, and writes them (and, c = 0, the LSE);
@@ -61,7 +71,8 @@ cudaError_t launch_split_merge(const SparseDecodeParams& params, cudaStream_t st
     early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &early;
-    config.numAttrs = part.num_splits <= kEarlyMergeMaxSplits ? 1 : 0;
+    const int64_t kernel_ctas = static_cast<int64_t>(part.num_splits) * count * part.head_groups;
+    config.numAttrs = merge_starts_early(part.num_splits, kernel_ctas) ? 1 : 0;
     return cudaLaunchKernelEx(&config, merge_splits_kernel<Partial>, part);
   });
 }
