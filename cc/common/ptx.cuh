@@ -124,17 +124,19 @@ __device__ __forceinline__ void keep_in_registers(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d[64 x 32] += A . B on the warpgroup, A (64 x 16) and B (16 x 32) K-major in shared memory.
+// d[64 x 32] += A . B on the warpgroup, A (64 x 16) and B (16 x 32) in shared memory, B K-major, A
+// K-major or (kTransposeA = 1) MN-major.
+template <int kTransposeA>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t a, uint64_t b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"  // p: accumulate into d
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-      "}, %16, %17, p, 1, 1, 0, 0;\n"
+      "}, %16, %17, p, 1, 1, %18, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "n"(kTransposeA));
 }
 
 // d[64 x 16] += A . B on the warpgroup, A (64 x 16) and B (16 x 16) in shared memory, B K-major, A

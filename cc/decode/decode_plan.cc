@@ -27,8 +27,9 @@ void check_fixed_shape(const DecodePlan& p, const char* name, int head_tiles, in
 }
 
 // The kernel's shape: 16 or 32 heads per CTA, 16- or 32-position stages and 8 or 1 CTAs per split on
-// the narrow kernel; the wide, swap-AB and tile64 ones have one of each (64 heads, 32 positions, 1 CTA; 16
-// heads, 64 positions, 1 CTA; 64 heads, 64 positions, 1 CTA, splits of at most 2048 positions).
+// the narrow kernel; 16 or 32 heads, 64 positions and 1 CTA on the swap-AB kernel; the wide and tile64 ones
+// have one of each (64 heads, 32 positions, 1 CTA; 64 heads, 64 positions, 1 CTA, splits of at most 2048
+// positions).
 void check_launch_shape(const DecodePlan& p) {
   if (p.kernel == DecodeKernel::kTile64) {
     check_fixed_shape(p, "tile64", tile64::kHeadTiles, tile64::kCtaChunk, tile64::kCluster);
@@ -36,7 +37,12 @@ void check_launch_shape(const DecodePlan& p) {
                          "sparse_mla: argument 'plan': the tile64 kernel (kernel=3) expected positions_per_split up to ",
                          tile64::kMaxPositions, ", got ", p.positions_per_split);
   } else if (p.kernel == DecodeKernel::kSwapAb) {
-    check_fixed_shape(p, "swap-AB", swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster);
+    SPARSE_MLA_CHECK_ARG(swap_ab::built_head_tiles(p.head_tiles) && p.cta_chunk == swap_ab::kCtaChunk &&
+                             p.cluster_size == swap_ab::kCluster,
+                         "sparse_mla: argument 'plan': the swap-AB kernel (kernel=2) expected head_tiles=1 or 2, "
+                         "cta_chunk=",
+                         swap_ab::kCtaChunk, " and cluster_size=", swap_ab::kCluster, ", got head_tiles=", p.head_tiles,
+                         ", cta_chunk=", p.cta_chunk, " and cluster_size=", p.cluster_size);
   } else if (p.kernel == DecodeKernel::kWide) {
     check_fixed_shape(p, "wide", wide::kHeadTiles, wide::kCtaChunk, wide::kCluster);
   } else {

@@ -48,10 +48,26 @@ struct OneShapeKernel {
 };
 using WideModule = OneShapeKernel<wide::kHeadTiles, wide::kCtaChunk, wide::kCluster, wide::shared_memory_bytes,
                                   wide::launch, wide::max_active_ctas>;
-using SwapAbModule = OneShapeKernel<swap_ab::kHeadTiles, swap_ab::kCtaChunk, swap_ab::kCluster,
-                                    swap_ab::shared_memory_bytes, swap_ab::launch, swap_ab::max_active_ctas>;
 using Tile64Module = OneShapeKernel<tile64::kHeadTiles, tile64::kCtaChunk, tile64::kCluster,
                                     tile64::shared_memory_bytes, tile64::launch, tile64::max_active_ctas>;
+
+// The swap-AB kernel, built for 16 and 32 heads per CTA: its entry points for the plan's head_tiles.
+struct SwapAbModule {
+  bool fp8;
+  int head_tiles;
+  static bool built(int head_tiles, int cta_chunk, int cluster_size) {
+    return swap_ab::built_head_tiles(head_tiles) && cta_chunk == swap_ab::kCtaChunk && cluster_size == swap_ab::kCluster;
+  }
+  int total_shared_bytes(int positions_per_split) const {
+    return swap_ab::shared_memory_bytes(head_tiles, fp8, positions_per_split);
+  }
+  cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream) const {
+    return swap_ab::launch(params, stream);
+  }
+  cudaError_t max_active_clusters(int positions_per_split, int* clusters) const {
+    return swap_ab::max_active_ctas(head_tiles, fp8, positions_per_split, clusters);
+  }
+};
 
 // Calls `action` with the kernel of (kernel, head_tiles, cta_chunk, cluster_size) on the cache format `fp8`;
 // cudaErrorInvalidValue for a shape that is not built.
@@ -60,7 +76,8 @@ cudaError_t dispatch(DecodeKernel kernel, int head_tiles, int cta_chunk, bool fp
   if (kernel == DecodeKernel::kWide)
     return WideModule::built(head_tiles, cta_chunk, cluster_size) ? action(WideModule{fp8}) : cudaErrorInvalidValue;
   if (kernel == DecodeKernel::kSwapAb)
-    return SwapAbModule::built(head_tiles, cta_chunk, cluster_size) ? action(SwapAbModule{fp8}) : cudaErrorInvalidValue;
+    return SwapAbModule::built(head_tiles, cta_chunk, cluster_size) ? action(SwapAbModule{fp8, head_tiles})
+                                                                    : cudaErrorInvalidValue;
   if (kernel == DecodeKernel::kTile64)
     return Tile64Module::built(head_tiles, cta_chunk, cluster_size) ? action(Tile64Module{fp8}) : cudaErrorInvalidValue;
   return fp8 ? dispatch_shape<true>(head_tiles, cta_chunk, cluster_size, action)

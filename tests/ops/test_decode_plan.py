@@ -44,9 +44,12 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (2, 32, 1, 4, 32, 1, 64, 32),
         (8, 32, 1, 4, 32, 1, 16, 128),
         (16, 32, 1, 4, 32, 1, 8, 256),
-        (128, 17, 1, 4, 64, 1, 1, 2048),
-        (129, 32, 1, 4, 64, 1, 1, 2048),
-        (256, 24, 1, 4, 64, 1, 1, 2048),
+        (31, 32, 1, 4, 32, 1, 4, 512),
+        (32, 32, 1, 2, 64, 1, 4, 512),  # ... and the swap-AB kernel's 32 heads from SWAP_AB_32_MIN_TOKENS on
+        (128, 17, 1, 2, 64, 1, 1, 2048),
+        (129, 32, 1, 2, 64, 1, 1, 2048),
+        (256, 24, 1, 2, 64, 1, 1, 2048),
+        (256, 33, 1, 4, 64, 1, 1, 2048),
         (1024, 128, 1, 4, 64, 2, 1, 2048),
     ],
 )
@@ -55,7 +58,7 @@ def test_plan_on_h200(num_tokens, num_heads, cluster_size, head_tiles, cta_chunk
     assert (launch.cluster_size, launch.head_tiles, launch.cta_chunk, launch.head_groups, launch.num_splits,
             launch.positions_per_split) == (cluster_size, head_tiles, cta_chunk, head_groups, num_splits, positions)
     expected = decode.kernel_for(head_tiles)
-    if cta_chunk == 64:  # SWAP_AB_CTA_CHUNK at 16 heads a CTA, TILE64_CTA_CHUNK at 64
+    if cta_chunk == 64:  # SWAP_AB_CTA_CHUNK at 16 and 32 heads a CTA, TILE64_CTA_CHUNK at 64
         expected = decode.TILE64_KERNEL if head_tiles == decode.WIDE_HEAD_TILES else decode.SWAP_AB_KERNEL
     assert launch.kernel == expected
     assert launch.num_splits * launch.positions_per_split >= INDEX_TOPK
@@ -84,16 +87,28 @@ def test_narrow_plan_for_16_heads_on_h200(num_tokens, num_heads, cluster_size, c
         decode.NARROW_KERNEL, cluster_size, cta_chunk, num_splits, positions)
 
 
-@pytest.mark.parametrize("num_tokens, num_heads", [(15, 16), (16, 16), (512, 1), (16, 17)])
-def test_swap_ab_kernel_from_16_tokens_at_16_heads(num_tokens, num_heads):
-    """SWAP_AB_MIN_TOKENS: the swap-AB kernel serves N <= 16 from T = 16 on, never N > 16 by default; asked
-    for, it serves any (T, N), with its one shape."""
+@pytest.mark.parametrize("num_tokens, num_heads",
+                         [(15, 16), (16, 16), (512, 1), (16, 17), (31, 32), (32, 17), (32, 32), (64, 33), (512, 128)])
+def test_swap_ab_kernel_from_16_tokens_at_16_heads_and_32_at_32(num_tokens, num_heads):
+    """SWAP_AB_MIN_TOKENS, SWAP_AB_32_MIN_TOKENS: the swap-AB kernel serves N <= 16 from T = 16 on with 16 heads a
+    CTA, 16 < N <= 32 from T = 32 on with 32, never N > 32 by default; asked for, it serves any (T, N), with the head
+    tiles of narrow_head_tiles or those given."""
     launch = decode.plan(num_tokens, num_heads, H200_SMS)
-    expected = num_heads <= 16 and num_tokens >= decode.SWAP_AB_MIN_TOKENS
+    expected = (num_heads <= 16 and num_tokens >= decode.SWAP_AB_MIN_TOKENS) or (
+        16 < num_heads <= 32 and num_tokens >= decode.SWAP_AB_32_MIN_TOKENS)
     assert (launch.kernel == decode.SWAP_AB_KERNEL) == expected
+    if expected:
+        assert launch.head_tiles == (1 if num_heads <= 16 else 2) and launch.head_groups == 1
     asked = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.SWAP_AB_KERNEL)
-    assert (asked.kernel, asked.head_tiles, asked.cta_chunk, asked.cluster_size) == (decode.SWAP_AB_KERNEL, 1, 64, 1)
-    assert asked.head_groups == -(-num_heads // 16) and asked.num_splits * asked.positions_per_split >= INDEX_TOPK
+    tiles = decode.narrow_head_tiles(num_heads)
+    assert (asked.kernel, asked.head_tiles, asked.cta_chunk, asked.cluster_size) == (decode.SWAP_AB_KERNEL, tiles, 64, 1)
+    assert asked.head_groups == -(-num_heads // (16 * tiles))
+    assert asked.num_splits * asked.positions_per_split >= INDEX_TOPK
+    for head_tiles in decode.SWAP_AB_HEAD_TILES:
+        given = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.SWAP_AB_KERNEL, head_tiles=head_tiles)
+        assert (given.head_tiles, given.head_groups) == (head_tiles, -(-num_heads // (16 * head_tiles)))
+    with pytest.raises(ValueError, match="argument 'kernel' 2 \\(the swap-AB kernel\\) expected head_tiles 1 or 2"):
+        decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.SWAP_AB_KERNEL, head_tiles=4)
 
 
 @pytest.mark.parametrize("fp8_ds_mla", [False, True])
@@ -166,6 +181,9 @@ def test_tile64_kernel_refuses_what_it_is_not_built_for(arguments):
         (264, 16, 1),
         (265, 16, 1),  # past 2 waves: the capped plan again
         (400, 16, 1),
+        (32, 32, 4),  # 32 heads a CTA (from SWAP_AB_32_MIN_TOKENS): capped within one wave
+        (133, 32, 1),  # ... and a split costs twice as much: 3 waves of 1024 + 448 lose to 2 of 2048
+        (198, 24, 1),
     ],
 )
 def test_swap_ab_plan_splits_a_short_second_wave(num_tokens, num_heads, splits):

@@ -154,8 +154,10 @@ def test_op_refuses_the_swap_ab_kernel_with_another_shape():
     swap_ab = decode.plan(16, 16, H200_SMS)
     assert swap_ab.kernel == decode.SWAP_AB_KERNEL and swap_ab.num_splits > 1
     assert decode.workspace_layout(swap_ab).total_bytes > 0
-    for shape in (dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=2)):
-        with pytest.raises(ValueError, match="argument 'plan': the swap-AB kernel .* expected head_tiles=1, cta_chunk=64"):
+    assert decode.workspace_layout(dataclasses.replace(swap_ab, head_tiles=2)).total_bytes > 0
+    for shape in (dict(cta_chunk=32), dict(cluster_size=8), dict(head_tiles=4)):
+        with pytest.raises(ValueError,
+                           match="argument 'plan': the swap-AB kernel .* expected head_tiles=1 or 2, cta_chunk=64"):
             decode.workspace_layout(dataclasses.replace(swap_ab, **shape))
 
 

@@ -10,19 +10,20 @@ namespace sparse_mla {
 namespace decode {
 namespace swap_ab {
 
-constexpr int kHeadTiles = 1;  // 16 heads per CTA: the N of its products
+// Head tiles it is built for: 16 or 32 heads per CTA, the N of its products.
+constexpr bool built_head_tiles(int head_tiles) { return head_tiles == 1 || head_tiles == 2; }
 constexpr int kCtaChunk = 64;  // positions per tile: the M of the score product
 constexpr int kCluster = 1;    // one CTA per split
 
-// Shared memory of one CTA (dynamic and static), in bytes.
-int shared_memory_bytes(bool fp8, int positions_per_split);
+// Shared memory of one CTA of `head_tiles` (built_head_tiles) (dynamic and static), in bytes.
+int shared_memory_bytes(int head_tiles, bool fp8, int positions_per_split);
 
-// Enqueues the kernel on `stream` (params.head_tiles = kHeadTiles, cta_chunk = kCtaChunk,
+// Enqueues the kernel on `stream` (params.head_tiles built_head_tiles, cta_chunk = kCtaChunk,
 // cluster_size = kCluster); the launch's error.
 cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream);
 
-// CTAs the current device runs at once, into `ctas`; the query's CUDA error.
-cudaError_t max_active_ctas(bool fp8, int positions_per_split, int* ctas);
+// CTAs of `head_tiles` the current device runs at once, into `ctas`; the query's CUDA error.
+cudaError_t max_active_ctas(int head_tiles, bool fp8, int positions_per_split, int* ctas);
 
 }  // namespace swap_ab
 }  // namespace decode

@@ -1,4 +1,4 @@
-// Sparse MLA decode on Hopper for up to 16 heads per CTA with the products turned around: the gathered
+// Sparse MLA decode on Hopper for 16 or 32 heads per CTA with the products turned around: the gathered
 // positions are wgmma's M (64 a tile) and the heads its N, so no tensor-core row is spent on padding
 // heads. Producer warpgroups gather (and dequantize) each tile, one consumer warpgroup runs
 // S^T = K . Q^T and out^T = V^T . P^T. Work decomposition and measurements: docs/decode-kernels.md.
@@ -25,7 +25,8 @@ namespace sparse_mla {
 namespace decode {
 namespace swap_ab {
 
-constexpr int kHeads = kHeadTileRows * kHeadTiles;  // 16: the N of both products
+template <int kHeadTiles>
+constexpr int kCtaHeads = kHeadTileRows * kHeadTiles;  // 16 or 32: the N of both products
 constexpr int kTile = kCtaChunk;                    // 64 positions: the M of S^T, the K of out^T
 constexpr int kGroupThreads = 128;                  // one warpgroup
 // Producer warpgroups: fp8_ds_mla 2, each filling every other tile (one's slots load while the other
@@ -37,7 +38,8 @@ constexpr int kBlockThreads = (1 + kProducerGroups<kFp8>) * kGroupThreads;
 constexpr int kStageThreads = 2 * kGroupThreads;  // a stage's barriers: its producer warpgroup and the consumers
 constexpr int kTileAtomBytes = kTile * 128;           // one atom (64 columns) of a tile's 64 rows
 constexpr int kTileBytes = kSlotAtoms * kTileAtomBytes;  // a bf16 tile of 64 slots: 72 KB
-constexpr int kQAtomBytes = kHeads * 128;             // one atom of the 16 query rows
+template <int kHeads>
+constexpr int kQAtomBytes = kHeads * 128;             // one atom of the query rows (and of P^T)
 constexpr int kStages = 2;                            // tiles: one consumed while the next is filled
 constexpr int kOutTiles = kKvLoraRank / 64;           // m-tiles of out^T (64 c_kv columns each)
 constexpr int kOutStride = kKvLoraRank + 4;           // fp32 row stride of the staged output: conflict-free
@@ -49,42 +51,52 @@ constexpr int kEmptyBarrier = 3;     // + tile stage: consumed (consumers arrive
 constexpr int kConsumerBarrier = 5;  // the consumers' 128 threads
 constexpr int kProducerBarrier = 6;  // the producers' threads
 
-// Byte offsets of the dynamic shared memory of one CTA, from its first 1024-byte boundary.
+// Byte offsets of the dynamic shared memory of one CTA of kHeads heads, from its first 1024-byte boundary.
+template <int kHeads>
 struct SharedLayout {
   int q, tiles, prob, exchange, lse, rows, total;
   __host__ __device__ explicit SharedLayout(int positions_per_split) {
-    q = 0;                                        // kSlotAtoms atoms of the 16 query rows
-    tiles = q + kSlotAtoms * kQAtomBytes;         // kStages bf16 tiles (1024-aligned); after the loop, the output
-    prob = tiles + kStages * kTileBytes;          // P^T: 16 heads x 64 positions bf16, one atom
-    exchange = prob + kQAtomBytes;                // [4 warps][16 heads] fp32: per-head maxima, then sums
-    lse = exchange + 4 * kHeads * 4;              // [16] fp32, base 2
+    q = 0;                                        // kSlotAtoms atoms of the query rows
+    tiles = q + kSlotAtoms * kQAtomBytes<kHeads>;  // kStages bf16 tiles (1024-aligned); after the loop, the output
+    prob = tiles + kStages * kTileBytes;          // P^T: kHeads heads x 64 positions bf16, one atom
+    exchange = prob + kQAtomBytes<kHeads>;        // [4 warps][kHeads] fp32: per-head maxima, then sums
+    lse = exchange + 4 * kHeads * 4;              // [kHeads] fp32, base 2
     rows = lse + kHeads * 4;                      // [positions_per_split] int32
     total = rows + positions_per_split * 4 + kAtomAlign;  // + alignment slack
   }
 };
-static_assert(kHeads * kOutStride * 4 <= kStages * kTileBytes, "the staged output fits in the tiles");
+static_assert(kCtaHeads<2> * kOutStride * 4 <= kStages * kTileBytes, "the staged output fits in the tiles");
 
-// Accumulator register r (0..7) of an m64n16 fragment: row 16 warp + group (+ 8 for r = 2, 3, 6, 7),
-// column (head) head_of(r, quad).
+// Accumulator register r (0..kHeads / 2 - 1) of an m64nkHeads fragment: row 16 warp + group (+ 8 for
+// r % 4 = 2, 3), column (head) head_of(r, quad).
 __device__ __forceinline__ int head_of(int r, int quad) { return 2 * quad + (r & 1) + 8 * (r >> 2); }
-// The thread's 4 heads k = 0..3 (head_of(register_of(k, 0), quad)) hold registers register_of(k, half).
+// The thread's kHeads / 4 heads k (head_of(register_of(k, 0), quad)) hold registers register_of(k, half).
 __device__ __forceinline__ constexpr int register_of(int k, int half) { return 4 * (k >> 1) + (k & 1) + 2 * half; }
 
-// Each of this lane's 4 heads' values combined with `op` over the lanes and warps holding the head's
-// positions (through `exchange`, behind a consumer barrier), in warp order.
-template <typename Op>
-__device__ __forceinline__ void combine_over_positions(float (&value)[4], float* exchange, int warp, int group,
-                                                       int quad, Op op) {
+// d[64 x kHeads] += A . B on the warpgroup (A: 64 x 16, B: 16 x kHeads K-major; kTransposeA: A MN-major).
+template <int kHeads, int kTransposeA>
+__device__ __forceinline__ void wgmma_heads(float (&d)[kHeads / 2], uint64_t a, uint64_t b) {
+  if constexpr (kHeads == 16)
+    wgmma_m64n16k16_ss<kTransposeA>(d, a, b);
+  else
+    wgmma_m64n32k16_ss<kTransposeA>(d, a, b);
+}
+
+// Each of this lane's kHeads / 4 heads' values combined with `op` over the lanes and warps holding the
+// head's positions (through `exchange`, behind a consumer barrier), in warp order.
+template <int kHeads, typename Op>
+__device__ __forceinline__ void combine_over_positions(float (&value)[kHeads / 4], float* exchange, int warp,
+                                                       int group, int quad, Op op) {
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < kHeads / 4; ++k)
 #pragma unroll
     for (int offset = 4; offset < 32; offset *= 2) value[k] = op(value[k], __shfl_xor_sync(0xffffffffu, value[k], offset));
   if (group == 0)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) exchange[warp * kHeads + head_of(register_of(k, 0), quad)] = value[k];
+    for (int k = 0; k < kHeads / 4; ++k) exchange[warp * kHeads + head_of(register_of(k, 0), quad)] = value[k];
   sync_named(kConsumerBarrier, kGroupThreads);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kHeads / 4; ++k) {
     const int head = head_of(register_of(k, 0), quad);
     float x = exchange[head];
 #pragma unroll
@@ -152,10 +164,20 @@ __device__ __forceinline__ void produce_fp8(const SparseDecodeParams& p, const i
   }
 }
 
-template <bool kFp8>
+// Registers a thread of the fp8_ds_mla kernel with 32 heads holds after setmaxnreg: the consumers' out^T takes 128,
+// more than the 168 of an even split of 384 threads; 184 + 2 x 160 fill the SM's 64 K (docs/decode-kernels.md).
+constexpr int kWideConsumerRegisters = 184;
+constexpr int kWideProducerRegisters = 160;
+static_assert((kWideConsumerRegisters + 2 * kWideProducerRegisters) * kGroupThreads <= 65536, "one CTA per SM");
+
+template <bool kFp8, int kHeadTiles>
 __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_kernel(const SparseDecodeParams p) {
+  constexpr int kHeads = kCtaHeads<kHeadTiles>;
+  constexpr int kLaneHeads = kHeads / 4;  // heads of a lane's accumulator fragment
+  constexpr int kAcc = kHeads / 2;        // a lane's accumulators of one m64nkHeads product
+  constexpr bool kSetRegisters = kFp8 && kHeadTiles == 2;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const SharedLayout layout(p.positions_per_split);
+  const SharedLayout<kHeads> layout(p.positions_per_split);
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((kAtomAlign - raw_addr % kAtomAlign) % kAtomAlign);
   unsigned char* q = smem + layout.q;
@@ -176,10 +198,13 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
   const int num_tiles = positions / kTile;
   wait_for_prerequisite_grids();
 
-  float out_acc[kOutTiles][8];  // out^T: m-tile j, rows (columns 64 j + 16 warp + group, + 8), the 16 heads
-  float row_max[4] = {kNegInf, kNegInf, kNegInf, kNegInf}, row_sum[4] = {0.f, 0.f, 0.f, 0.f};  // heads k = 0..3
+  float out_acc[kOutTiles][kAcc];  // out^T: m-tile j, rows (columns 64 j + 16 warp + group, + 8), the heads
+  float row_max[kLaneHeads], row_sum[kLaneHeads];  // the lane's heads k
+#pragma unroll
+  for (int k = 0; k < kLaneHeads; ++k) row_max[k] = kNegInf, row_sum[k] = 0.f;
   if (warpgroup >= 1) {
     // The producers: this split's positions -> global slot rows (masked entries -1), then the tiles.
+    if constexpr (kSetRegisters) setmaxnreg_dec<kWideProducerRegisters>();
     constexpr int kProducerThreads = kProducerGroups<kFp8> * kGroupThreads;
     translate_positions<kProducerThreads>(p, token, split * positions, positions, rows);
     sync_named(kProducerBarrier, kProducerThreads);  // rows[] complete (the consumers see them behind kFullBarrier)
@@ -188,7 +213,8 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
     else
       produce_bf16_tiles<kTile, kStages, kFullBarrier, kEmptyBarrier, kStageThreads>(p, rows, tiles, num_tiles);
   } else {
-    // 1. The 16 heads' queries -> shared memory as atoms (heads past N: zeros).
+    if constexpr (kSetRegisters) setmaxnreg_inc<kWideConsumerRegisters>();
+    // 1. The heads' queries -> shared memory as atoms (heads past N: zeros).
     stage_query_atoms<kHeads, kGroupThreads>(p, token, head_base, tid, q);
     fence_proxy_async();
     sync_named(kConsumerBarrier, kGroupThreads);
@@ -196,7 +222,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
 #pragma unroll
     for (int j = 0; j < kOutTiles; ++j)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) out_acc[j][i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) out_acc[j][i] = 0.f;
     // K-major operands: a k-step of 16 columns is 32 bytes into an atom's rows, 8-row groups 1024 apart.
     // V^T is the tile read MN-major (its 64 columns of an atom are one 128-byte row; 8 positions 1024 apart).
     const SmemDescriptor query_desc(q, 16, 1024);
@@ -209,29 +235,29 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       sync_named(kFullBarrier + s, kStageThreads);  // the producers have filled stage s
       const int stage = s * kTileBytes;
 
-      // 2. S^T = K . Q^T: the tile's 64 positions x 16 heads over all 576 columns.
-      float score[8];
+      // 2. S^T = K . Q^T: the tile's 64 positions x kHeads heads over all 576 columns.
+      float score[kAcc];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) score[i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) score[i] = 0.f;
       keep_in_registers(score);  // the zeros are written before the fence
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kSlotElems / 16; ++ks) {
         const int atom = ks / (kAtomCols / 16), within = (ks % (kAtomCols / 16)) * 32;
-        wgmma_m64n16k16_ss<0>(score, key_desc.at(stage + atom * kTileAtomBytes + within),
-                              query_desc.at(atom * kQAtomBytes + within));
+        wgmma_heads<kHeads, 0>(score, key_desc.at(stage + atom * kTileAtomBytes + within),
+                               query_desc.at(atom * kQAtomBytes<kHeads> + within));
       }
       wgmma_commit();
       wgmma_wait_all();
       keep_in_registers(score);
 
       // 3. Online softmax over positions, per head: this lane holds positions 16 warp + group (+ 8) of
-      //    its heads k = 0..3; the tile's maximum of a head is shared through `exchange`.
+      //    its heads k; the tile's maximum of a head is shared through `exchange`.
       const int* tile_rows = rows + c * kTile + 16 * warp + group;
       const bool valid[2] = {tile_rows[0] >= 0, tile_rows[8] >= 0};
-      float tile_max[4];
+      float tile_max[kLaneHeads];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < kLaneHeads; ++k) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& x = score[register_of(k, h)];
@@ -239,15 +265,18 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
         }
         tile_max[k] = fmaxf(score[register_of(k, 0)], score[register_of(k, 1)]);
       }
-      combine_over_positions(tile_max, exchange, warp, group, quad, [](float a, float b) { return fmaxf(a, b); });
-      float alpha[4];
+      combine_over_positions<kHeads>(tile_max, exchange, warp, group, quad,
+                                     [](float a, float b) { return fmaxf(a, b); });
+      float alpha[kLaneHeads];
+      bool moved = false;  // some head of the lane moved its maximum
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < kLaneHeads; ++k) {
         const int head = head_of(register_of(k, 0), quad);
         // Lazy on fp8_ds_mla only, as in the other kernels (docs/decode-kernels.md).
         const float new_max = kFp8 ? lazy_running_max(row_max[k], tile_max[k]) : fmaxf(row_max[k], tile_max[k]);
         const float base = new_max == kNegInf ? 0.f : new_max;  // no (-inf) - (-inf)
         alpha[k] = exp2f(row_max[k] - base);                     // 0 while nothing was valid
+        moved |= alpha[k] != 1.f;
         row_max[k] = new_max;
         float sum = 0.f;
 #pragma unroll
@@ -264,11 +293,11 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       sync_named(kConsumerBarrier, kGroupThreads);
 
       // 4. out^T = alpha * out^T + V^T . P^T (skipped while no head of the warp moved its maximum).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f || alpha[2] != 1.f || alpha[3] != 1.f)) {
+      if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int j = 0; j < kOutTiles; ++j)
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
+          for (int k = 0; k < kLaneHeads; ++k) {
             out_acc[j][register_of(k, 0)] *= alpha[k];
             out_acc[j][register_of(k, 1)] *= alpha[k];
           }
@@ -280,8 +309,8 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
       for (int j = 0; j < kOutTiles; ++j)
 #pragma unroll
         for (int kk = 0; kk < kTile / 16; ++kk)
-          wgmma_m64n16k16_ss<1>(out_acc[j], value_desc.at(stage + j * kTileAtomBytes + kk * 2048),
-                                prob_desc.at(kk * 32));
+          wgmma_heads<kHeads, 1>(out_acc[j], value_desc.at(stage + j * kTileAtomBytes + kk * 2048),
+                                 prob_desc.at(kk * 32));
       wgmma_commit();
       wgmma_wait_all();
 #pragma unroll
@@ -290,12 +319,12 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
     }
 
     // 5. Each head's sum over the lanes and warps holding its positions; the normalized output to
-    //    shared memory, [16 heads][kOutStride] fp32. The tiles are free: every tile was consumed, and the
+    //    shared memory, [kHeads][kOutStride] fp32. The tiles are free: every tile was consumed, and the
     //    producers wrote their last one before this consumer waited for it.
-    combine_over_positions(row_sum, exchange, warp, group, quad, [](float a, float b) { return a + b; });
-    float inv[4];
+    combine_over_positions<kHeads>(row_sum, exchange, warp, group, quad, [](float a, float b) { return a + b; });
+    float inv[kLaneHeads];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kLaneHeads; ++k) {
       const int head = head_of(register_of(k, 0), quad);
       const float l = row_sum[k];
       inv[k] = l != 0.f ? 1.f / l : 0.f;  // NaN propagates
@@ -305,7 +334,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
 #pragma unroll
     for (int j = 0; j < kOutTiles; ++j)
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
+      for (int k = 0; k < kLaneHeads; ++k)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = register_of(k, h), col = 64 * j + 16 * warp + group + 8 * ((r >> 1) & 1);
@@ -337,13 +366,13 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_swap_ab_
   if (tid < kThreads) merge_splits<kHeads, kKvLoraRank, kMergeUnroll>(p, token, head_base, group_index, 0, 0);
 }
 
-template <bool kFp8>
-struct SwapAbKernel : Launcher<SwapAbKernel<kFp8>> {
-  static constexpr auto kFunction = sparse_decode_swap_ab_kernel<kFp8>;
+template <bool kFp8, int kHeadTiles>
+struct SwapAbKernel : Launcher<SwapAbKernel<kFp8, kHeadTiles>> {
+  static constexpr auto kFunction = sparse_decode_swap_ab_kernel<kFp8, kHeadTiles>;
   static constexpr int kBlockThreads = swap_ab::kBlockThreads<kFp8>;
   static constexpr int kClusterCtas = kCluster;
   static constexpr bool kProgrammaticLaunch = false;
-  static int shared_bytes(int positions_per_split) { return SharedLayout(positions_per_split).total; }
+  static int shared_bytes(int positions_per_split) { return SharedLayout<kCtaHeads<kHeadTiles>>(positions_per_split).total; }
 };
 
 }  // namespace swap_ab

@@ -74,8 +74,11 @@ WIDE_HEAD_TILES = 4
 WIDE_CTA_CHUNK = 32
 
 SWAP_AB_KERNEL = 2
-"""The swap-AB kernel (``DecodeKernel::kSwapAb``, cc/decode/swap_ab/): 16 heads per CTA as wgmma's N, the
-positions its M, 64-position tiles (``SWAP_AB_CTA_CHUNK``), one CTA per split."""
+"""The swap-AB kernel (``DecodeKernel::kSwapAb``, cc/decode/swap_ab/): 16 or 32 heads per CTA (``head_tiles`` in
+:data:`SWAP_AB_HEAD_TILES`) as wgmma's N, the positions its M, 64-position tiles (``SWAP_AB_CTA_CHUNK``), one CTA per
+split."""
+
+SWAP_AB_HEAD_TILES = (1, 2)
 
 SWAP_AB_CTA_CHUNK = 64
 
@@ -99,6 +102,10 @@ shared memory (Hopper allows 227 KiB a CTA)."""
 SWAP_AB_MIN_TOKENS = 16
 """The plan takes the swap-AB kernel for ``N <= 16`` from this ``T`` on (below, the 16/32-head kernel's clusters
 are faster: its merges are shorter than the swap-AB kernel's in-kernel merge of many splits)."""
+
+SWAP_AB_32_MIN_TOKENS = 32
+"""The plan takes the swap-AB kernel with 32 heads per CTA for ``16 < N <= 32`` from this ``T`` on, where it is faster
+than the wide kernel's 64 heads (3/4 or 1/2 of them padding); docs/decode-tuning.md."""
 
 MAX_SPLITS = 64
 """Most splits of one token's positions (``kMaxSplits``)."""
@@ -132,8 +139,8 @@ SWAP_AB_UNCAPPED_MAX_WAVES = 2
 """The swap-AB kernel: an unsplit grid of (1, this] waves is split by the wave model past the cap."""
 
 SWAP_AB_SPLIT_COST_IN_POSITIONS = 224
-"""The swap-AB kernel, uncapped: each split past the first costs this many positions per CTA (its 16 x 512 fp32
-partial written, then merged by the CTA that arrives last)."""
+"""The swap-AB kernel, uncapped: each split past the first costs this many positions per CTA and head tile (its
+16 x 512 fp32 partial per head tile written, then merged by the CTA that arrives last)."""
 
 UNCAPPED_MAX_SPLITS = 8
 """Most splits the uncapped wave model weighs: it never chose more on the H200; each costs host time per plan."""
@@ -167,7 +174,7 @@ class DecodePlan:
 
     num_tokens: int
     num_heads: int
-    head_tiles: int  # heads per CTA = 16 * head_tiles, in HEAD_TILES (4: the wide and tile64 kernels)
+    head_tiles: int  # heads per CTA = 16 * head_tiles, in HEAD_TILES (4: the wide and tile64 kernels; swap-AB: 1, 2)
     cta_chunk: int  # positions per pipeline stage of one CTA, in CTA_CHUNKS (the swap-AB and tile64 kernels: 64)
     head_groups: int  # ceil(num_heads / heads per CTA)
     num_splits: int  # position splits per token (1: no workspace, no merge)
@@ -230,8 +237,9 @@ def plan(
 
     Kernel (``kernel``, unless given): the swap-AB kernel (:data:`SWAP_AB_KERNEL`: 16 heads per CTA, 64-position
     tiles, one CTA per split, aiming at 1 CTA per SM, the same split rule but for :data:`SWAP_AB_UNCAPPED_MAX_WAVES`)
-    for ``N <= 16`` from ``T =`` :data:`SWAP_AB_MIN_TOKENS` on where no ``head_tiles``, ``cluster_size`` or
-    ``cta_chunk`` is given; otherwise
+    for ``N <= 16`` from ``T =`` :data:`SWAP_AB_MIN_TOKENS` on, and with 32 heads per CTA for ``16 < N <= 32`` from
+    ``T =`` :data:`SWAP_AB_32_MIN_TOKENS` on, where no ``head_tiles``, ``cluster_size`` or ``cta_chunk`` is given;
+    the swap-AB kernel asked for without ``head_tiles`` takes :func:`narrow_head_tiles`; otherwise
     the one ``head_tiles`` names; where none of the four is given and that is the wide kernel from
     ``T * head_groups =`` :data:`TILE64_MIN_TOKEN_GROUPS` on, the tile64 kernel (:data:`TILE64_KERNEL`: the wide
     kernel's split rule on 64-position granules, a split within :data:`TILE64_MAX_POSITIONS`; with one split 12-28 %
@@ -251,7 +259,7 @@ def plan(
     and :data:`FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM` CTAs per SM (the 64-head kernels' never: docs/decode-tuning.md);
     on either cache, where the swap-AB
     kernel's is between 1 and :data:`SWAP_AB_UNCAPPED_MAX_WAVES` waves, each split beyond the first charged
-    :data:`SWAP_AB_SPLIT_COST_IN_POSITIONS` (H200, N <= 16, top-k 2048: 2 splits at T = 133..198).
+    :data:`SWAP_AB_SPLIT_COST_IN_POSITIONS` per head tile (H200, N <= 16, top-k 2048: 2 splits at T = 133..198).
 
     Raises
     ------
@@ -260,7 +268,8 @@ def plan(
         launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``topk`` above :data:`MAX_TOPK`,
         ``cluster_size`` not in
         :data:`CLUSTER_SIZES`, ``cta_chunk`` not in :data:`CTA_CHUNKS`, ``head_tiles`` not in
-        :data:`HEAD_TILES`, the wide kernel's ``head_tiles`` with another stage or cluster size, ``kernel``
+        :data:`HEAD_TILES` (the swap-AB kernel's: :data:`SWAP_AB_HEAD_TILES`), the wide kernel's ``head_tiles`` with
+        another stage or cluster size, ``kernel``
         other than :data:`NARROW_KERNEL`, :data:`WIDE_KERNEL`, :data:`SWAP_AB_KERNEL` or :data:`TILE64_KERNEL`, a
         ``kernel`` with the ``head_tiles`` of another, the swap-AB or tile64 kernel with a ``cta_chunk`` or
         ``cluster_size`` of another kernel, or the tile64 kernel with ``topk`` above :data:`TILE64_MAX_POSITIONS` x
@@ -288,11 +297,13 @@ def plan(
     if chosen:
         kernel = SWAP_AB_KERNEL if _swap_ab_serves(num_tokens, num_heads) else None
     if kernel == SWAP_AB_KERNEL:
-        if head_tiles not in (None, 1) or cluster_size not in (None, 1) or cta_chunk not in (None, SWAP_AB_CTA_CHUNK):
+        if head_tiles not in (None,) + SWAP_AB_HEAD_TILES or cluster_size not in (None, 1) or cta_chunk not in (
+                None, SWAP_AB_CTA_CHUNK):
             raise ValueError(
-                f"sparse_mla: argument 'kernel' {kernel} (the swap-AB kernel) expected head_tiles 1, cluster_size 1 "
-                f"and cta_chunk {SWAP_AB_CTA_CHUNK}, got {head_tiles}, {cluster_size} and {cta_chunk}")
-        head_tiles, cluster_size, cta_chunk, ctas_per_sm = 1, 1, SWAP_AB_CTA_CHUNK, ctas_per_sm or 1
+                f"sparse_mla: argument 'kernel' {kernel} (the swap-AB kernel) expected head_tiles 1 or 2, cluster_size "
+                f"1 and cta_chunk {SWAP_AB_CTA_CHUNK}, got {head_tiles}, {cluster_size} and {cta_chunk}")
+        head_tiles = head_tiles or narrow_head_tiles(num_heads)
+        cluster_size, cta_chunk, ctas_per_sm = 1, SWAP_AB_CTA_CHUNK, ctas_per_sm or 1
     else:
         if cluster_size is not None and cluster_size not in CLUSTER_SIZES:
             raise ValueError(f"sparse_mla: argument 'cluster_size' expected one of {CLUSTER_SIZES}, got {cluster_size}")
@@ -384,7 +395,7 @@ def _plan_splits(
 
         if kernel == SWAP_AB_KERNEL:  # SWAP_AB_UNCAPPED_MAX_WAVES
             uncapped = 1 < token_groups / positions_and_capacity(1)[1] <= SWAP_AB_UNCAPPED_MAX_WAVES
-            split_cost = SWAP_AB_SPLIT_COST_IN_POSITIONS
+            split_cost = SWAP_AB_SPLIT_COST_IN_POSITIONS * head_tiles
         else:  # FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM
             uncapped = (fp8_ds_mla and cluster_size == 1 and not wide
                         and 1 < token_groups / num_sms <= FP8_NARROW_UNCAPPED_MAX_CTAS_PER_SM)
@@ -416,8 +427,11 @@ def narrow_head_tiles(num_heads: int) -> int:
 
 
 def _swap_ab_serves(num_tokens: int, num_heads: int) -> bool:
-    """Whether :func:`plan` takes the swap-AB kernel by default: one 16-head group, ``T >= SWAP_AB_MIN_TOKENS``."""
-    return num_heads <= HEAD_TILE_ROWS and num_tokens >= SWAP_AB_MIN_TOKENS
+    """Whether :func:`plan` takes the swap-AB kernel by default: one 16-head group from ``T =``
+    :data:`SWAP_AB_MIN_TOKENS` on, one 32-head group from :data:`SWAP_AB_32_MIN_TOKENS` on."""
+    if num_heads <= HEAD_TILE_ROWS:
+        return num_tokens >= SWAP_AB_MIN_TOKENS
+    return num_heads <= 2 * HEAD_TILE_ROWS and num_tokens >= SWAP_AB_32_MIN_TOKENS
 
 
 def _wide_serves(num_heads: int) -> bool:
