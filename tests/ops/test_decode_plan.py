@@ -101,7 +101,8 @@ def test_swap_ab_kernel_from_16_tokens_at_16_heads_and_32_at_32(num_tokens, num_
         assert launch.head_tiles == (1 if num_heads <= 16 else 2) and launch.head_groups == 1
     asked = decode.plan(num_tokens, num_heads, H200_SMS, kernel=decode.SWAP_AB_KERNEL)
     tiles = decode.narrow_head_tiles(num_heads)
-    assert (asked.kernel, asked.head_tiles, asked.cta_chunk, asked.cluster_size) == (decode.SWAP_AB_KERNEL, tiles, 64, 1)
+    assert (asked.kernel, asked.head_tiles, asked.cta_chunk, asked.cluster_size) == (
+        decode.SWAP_AB_KERNEL, tiles, 64, 1)
     assert asked.head_groups == -(-num_heads // (16 * tiles))
     assert asked.num_splits * asked.positions_per_split >= INDEX_TOPK
     for head_tiles in decode.SWAP_AB_HEAD_TILES:

@@ -372,7 +372,9 @@ struct SwapAbKernel : Launcher<SwapAbKernel<kFp8, kHeadTiles>> {
   static constexpr int kBlockThreads = swap_ab::kBlockThreads<kFp8>;
   static constexpr int kClusterCtas = kCluster;
   static constexpr bool kProgrammaticLaunch = false;
-  static int shared_bytes(int positions_per_split) { return SharedLayout<kCtaHeads<kHeadTiles>>(positions_per_split).total; }
+  static int shared_bytes(int positions_per_split) {
+    return SharedLayout<kCtaHeads<kHeadTiles>>(positions_per_split).total;
+  }
 };
 
 }  // namespace swap_ab
