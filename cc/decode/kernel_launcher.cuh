@@ -37,6 +37,13 @@ inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, in
   return part;
 }
 
+// The current device's SMs, into `sms`; the queries' CUDA error.
+inline cudaError_t current_device_sms(int* sms) {
+  int device = 0;
+  const cudaError_t error = cudaGetDevice(&device);
+  return error != cudaSuccess ? error : cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+
 // Calls `launch(part, count)` for consecutive slices of p's tokens, `count` tokens each, with at most
 // kMaxGridZ (token, head group) pairs (a grid dimension's limit): more tokens take more launches, each
 // on its own tokens' slices of every per-token tensor and of the workspace. Returns the first error.
@@ -130,9 +137,8 @@ struct Launcher {
       launch_config.numAttrs = 1;  // the cluster shape (attributes[0]) alone: what occupancy depends on
       return cudaOccupancyMaxActiveClusters(clusters, Kernel::kFunction, &launch_config);
     }
-    int device = 0, sms = 0, per_sm = 0;
-    if ((error = cudaGetDevice(&device)) != cudaSuccess) return error;
-    if ((error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return error;
+    int sms = 0, per_sm = 0;
+    if ((error = current_device_sms(&sms)) != cudaSuccess) return error;
     error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel::kFunction, Kernel::kBlockThreads, bytes);
     if (error != cudaSuccess) return error;
     *clusters = sms * per_sm;

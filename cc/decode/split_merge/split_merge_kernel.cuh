@@ -39,10 +39,8 @@ constexpr int kEarlyMergeMaxSplits = 16;
 // Whether the merge of a launch of `kernel_ctas` CTAs with `num_splits` splits starts early (see above).
 inline bool merge_starts_early(int num_splits, int64_t kernel_ctas) {
   if (num_splits <= kEarlyMergeMaxSplits) return true;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return false;
-  return 2 * kernel_ctas <= sms;
+  int sms = 0;
+  return current_device_sms(&sms) == cudaSuccess && 2 * kernel_ctas <= sms;
 }
 
 // The split merge as a second launch: CTA (c, g) merges output columns [16 c, 16 c + 16) of every
