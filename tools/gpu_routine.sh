@@ -314,7 +314,7 @@ for step in "${steps[@]}"; do
       : > "$out/memcheck.log"
       for file in "${memcheck_tests[@]}"; do
         log=$out/memcheck.$(basename "$file" .py).log
-        PYTHONPATH=py:tests compute-sanitizer --tool memcheck --target-processes all python3 -m pytest -q "$file" \
+        PYTHONPATH=py:tests compute-sanitizer --tool memcheck --error-exitcode 1 --target-processes all python3 -m pytest -q "$file" \
           -k "$select" > "$log" 2>&1
         rc=$?
         [ "$rc" -eq 5 ] && rc=0  # pytest: the selection left no test of this file
