@@ -37,8 +37,7 @@ void check_launch_shape(const DecodePlan& p) {
                          "sparse_mla: argument 'plan': the tile64 kernel (kernel=3) expected positions_per_split up to ",
                          tile64::kMaxPositions, ", got ", p.positions_per_split);
   } else if (p.kernel == DecodeKernel::kSwapAb) {
-    SPARSE_MLA_CHECK_ARG(swap_ab::built_head_tiles(p.head_tiles) && p.cta_chunk == swap_ab::kCtaChunk &&
-                             p.cluster_size == swap_ab::kCluster,
+    SPARSE_MLA_CHECK_ARG(swap_ab::built_shape(p.head_tiles, p.cta_chunk, p.cluster_size),
                          "sparse_mla: argument 'plan': the swap-AB kernel (kernel=2) expected head_tiles=1 or 2, "
                          "cta_chunk=",
                          swap_ab::kCtaChunk, " and cluster_size=", swap_ab::kCluster, ", got head_tiles=", p.head_tiles,

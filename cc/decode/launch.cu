@@ -56,8 +56,7 @@ struct SwapAbModule {
   bool fp8;
   int head_tiles;
   static bool built(int head_tiles, int cta_chunk, int cluster_size) {
-    return swap_ab::built_head_tiles(head_tiles) && cta_chunk == swap_ab::kCtaChunk &&
-           cluster_size == swap_ab::kCluster;
+    return swap_ab::built_shape(head_tiles, cta_chunk, cluster_size);
   }
   int total_shared_bytes(int positions_per_split) const {
     return swap_ab::shared_memory_bytes(head_tiles, fp8, positions_per_split);

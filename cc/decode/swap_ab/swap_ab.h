@@ -10,16 +10,19 @@ namespace sparse_mla {
 namespace decode {
 namespace swap_ab {
 
-// Head tiles it is built for: 16 or 32 heads per CTA, the N of its products.
-constexpr bool built_head_tiles(int head_tiles) { return head_tiles == 1 || head_tiles == 2; }
 constexpr int kCtaChunk = 64;  // positions per tile: the M of the score product
 constexpr int kCluster = 1;    // one CTA per split
 
-// Shared memory of one CTA of `head_tiles` (built_head_tiles) (dynamic and static), in bytes.
+// Whether it is built for a plan's shape: 16 or 32 heads per CTA (head_tiles 1, 2: the N of its products),
+// kCtaChunk positions per tile and kCluster CTAs per split.
+constexpr bool built_shape(int head_tiles, int cta_chunk, int cluster_size) {
+  return (head_tiles == 1 || head_tiles == 2) && cta_chunk == kCtaChunk && cluster_size == kCluster;
+}
+
+// Shared memory of one CTA of `head_tiles` (built_shape) (dynamic and static), in bytes.
 int shared_memory_bytes(int head_tiles, bool fp8, int positions_per_split);
 
-// Enqueues the kernel on `stream` (params.head_tiles built_head_tiles, cta_chunk = kCtaChunk,
-// cluster_size = kCluster); the launch's error.
+// Enqueues the kernel on `stream` (a plan of built_shape); the launch's error.
 cudaError_t launch(const SparseDecodeParams& params, cudaStream_t stream);
 
 // CTAs of `head_tiles` the current device runs at once, into `ctas`; the query's CUDA error.

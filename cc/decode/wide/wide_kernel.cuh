@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sparse_decode_wide_kernel(co
     for (int ks = 0; ks < kNopePerGroup / 16; ++ks) {  // atom ks / 4 of the warpgroup's, 32 bytes a k-step
       const int atom = ks / (kAtomCols / 16), within = (ks % (kAtomCols / 16)) * 32;
       wgmma_m64n32k16_ss<0>(score, q_nope_desc.at(atom * kQAtomBytes + within),
-                         kv_nope_desc.at(stage + atom * kStageAtomBytes + within));
+                            kv_nope_desc.at(stage + atom * kStageAtomBytes + within));
     }
 #pragma unroll
     for (int ks = 0; ks < kRopePerGroup / 16; ++ks)
