@@ -8,12 +8,12 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "cc/common/device_attribute.h"
 #include "cc/common/op_checks.h"
 #include "cc/common/stable_cuda.h"
 #include "cc/common/topk_source.h"
@@ -48,13 +48,8 @@ T* region(const Tensor& workspace, const WorkspaceRegion& r) {
 
 // The opt-in shared-memory limit per block of CUDA device `index`, asked once per device.
 int max_shared_memory_per_block(int index) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
-  if (index < kMaxDevices && cached[index].load(std::memory_order_relaxed) > 0) return cached[index];
   int bytes = 0;
-  const cudaError_t error = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, index);
-  check_cuda(error, "cudaDeviceGetAttribute");
-  if (index < kMaxDevices) cached[index].store(bytes, std::memory_order_relaxed);
+  check_cuda(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(index, &bytes), "cudaDeviceGetAttribute");
   return bytes;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cc/common/device_attribute.h"
 #include "cc/common/mla_layout.h"
 #include "cc/decode/params.h"
 
@@ -37,11 +38,11 @@ inline SparseDecodeParams token_slice(const SparseDecodeParams& p, int first, in
   return part;
 }
 
-// The current device's SMs, into `sms`; the queries' CUDA error.
+// The current device's SMs, into `sms` (asked once per device); the queries' CUDA error.
 inline cudaError_t current_device_sms(int* sms) {
   int device = 0;
   const cudaError_t error = cudaGetDevice(&device);
-  return error != cudaSuccess ? error : cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+  return error != cudaSuccess ? error : device_attribute<cudaDevAttrMultiProcessorCount>(device, sms);
 }
 
 // Calls `launch(part, count)` for consecutive slices of p's tokens, `count` tokens each, with at most
