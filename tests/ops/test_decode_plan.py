@@ -40,7 +40,8 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (16, 128, 1, 4, 64, 2, 4, 512),  # T * head_groups = 32 (TILE64_MIN_TOKEN_GROUPS): tile64
         (32, 64, 1, 4, 64, 1, 4, 512),
         (16, 100, 1, 4, 64, 2, 4, 512),
-        (1, 32, 8, 2, 32, 1, 8, 256),  # 16 < N <= 32: 32 heads a CTA at T = 1, 64 from WIDE_PADDED_MIN_TOKENS on
+        (1, 32, 8, 1, 32, 2, 8, 256),  # 16 < N <= 32: two 16-head groups at T = 1, 64 heads from WIDE_PADDED_MIN_TOKENS on
+        (1, 17, 8, 1, 32, 2, 8, 256),
         (2, 32, 1, 4, 32, 1, 64, 32),
         (8, 32, 1, 4, 32, 1, 16, 128),
         (16, 32, 1, 4, 32, 1, 8, 256),
