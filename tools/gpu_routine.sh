@@ -6,13 +6,15 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run; tools/device_bundle.sh assembles it):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time] [libs_ab]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [pytest_suite] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time] [libs_ab]
 #        [decode] [memcheck] [racecheck] [ncu] [wgmma_probe] [-- extra bench flags]
 #   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
 #   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
 #   against an FA3 library of an earlier build when FA3's sources have not changed.
 #   gpu_test: only the GPU-tagged test targets (no CPU interpreter tests): the GPU suite.
+#   pytest_suite: the GPU suite without Bazel: each tests/*/*_gpu.py under pytest, a few side by side, against the op
+#   libraries SPARSE_MLA_*_LIBRARY names (built on the CPU), for a call whose device time cannot pay for the build.
 #   libs: copies the built op libraries to $OUT/libs (carry them to a later call: SPARSE_MLA_*_LIBRARY).
 #   wheel: tools/build_wheel.py --fa3 into $OUT/wheel (the stable-ABI decode library, FA3 for this torch),
 #   installed with pip into a folder beside this machine's torch; then the GPU suite against the
@@ -137,6 +139,30 @@ for step in "${steps[@]}"; do
       test_counts bazel-testlogs/tests bazel-testlogs/examples
       tar czf "$out/testlogs.tar.gz" -C bazel-testlogs .
       [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    pytest_suite)
+      # The GPU suite without a build: each tests/*/*_gpu.py under pytest, SUITE_LANES (3) files side by side, each within
+      # SUITE_TIMEOUT s (240), against SPARSE_MLA_DECODE_LIBRARY and SPARSE_MLA_FA3_LIBRARY (built on the CPU by
+      # tools/build_device_libs.sh; else bazel-bin's); a line a file, the logs in suite.log.
+      export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
+      export SPARSE_MLA_FA3_LIBRARY=${SPARSE_MLA_FA3_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_fa3.so}
+      suite_files=(tests/*/*_gpu.py)
+      lanes=${SUITE_LANES:-3}
+      for lane in $(seq 0 $(( lanes - 1 ))); do
+        for i in "${!suite_files[@]}"; do
+          [ $(( i % lanes )) -eq "$lane" ] || continue
+          file=${suite_files[$i]} log=$out/suite.$(basename "${suite_files[$i]}" .py).log
+          PYTHONPATH=py:tests timeout "${SUITE_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$file" > "$log" 2>&1
+          echo "$?" > "$log.rc"
+          echo "pytest_suite $file: rc=$(cat "$log.rc") $(tail -1 "$log")" | tee -a "$out/summary.txt"
+        done &
+      done
+      wait
+      for file in "${suite_files[@]}"; do
+        log=$out/suite.$(basename "$file" .py).log
+        [ "$(cat "$log.rc")" -eq 0 ] || status=1
+        cat "$log" >> "$out/suite.log" && rm -f "$log" "$log.rc"
+      done
       ;;
     libs)
       mkdir -p "$out/libs" && cp -f bazel-bin/cc/libsparse_mla_*.so "$out/libs/" && ls -la "$out/libs" | tee -a "$out/summary.txt"
