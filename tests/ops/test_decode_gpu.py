@@ -94,15 +94,16 @@ def test_wide_kernel_matches_reference(num_heads, num_splits, cache_format):
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 
 
-@pytest.mark.parametrize("num_heads", [17, 24, 32])
+@pytest.mark.parametrize("num_heads", [17, 24, 32, 33, 48])
 @pytest.mark.parametrize("cache_format", ["bf16", "fp8_ds_mla"])
-def test_two_head_groups_at_one_token(num_heads, cache_format):
-    """16 < N <= 32 at T = 1: the plan's two groups of 16 heads (the second padded below N = 32), on both caches."""
+def test_16_head_groups_at_one_token(num_heads, cache_format):
+    """16 < N <= ONE_TOKEN_MAX_HEADS_OF_16 at T = 1: the plan's groups of 16 heads (the last padded where 16 does not
+    divide N), on both caches."""
     case = testing.make_attention_case(1, num_heads, _device(), 90 + num_heads, "scattered", drop_fraction=0.2)
     if cache_format == "fp8_ds_mla":
         case = testing.fp8_ds_mla_case(case)
     launch = decode.plan(1, num_heads, _num_sms(), fp8_ds_mla=cache_format == "fp8_ds_mla")
-    assert (launch.kernel, launch.head_tiles, launch.head_groups) == (decode.NARROW_KERNEL, 1, 2)
+    assert (launch.kernel, launch.head_tiles, launch.head_groups) == (decode.NARROW_KERNEL, 1, -(-num_heads // 16))
     out, lse = run_decode(case, launch)
     testing.assert_attention_close(out, lse, *case.reference(), what=f"{cache_format} {launch}")
 

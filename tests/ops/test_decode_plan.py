@@ -40,8 +40,10 @@ from sparse_mla_testing.decode_capacity import H200_SMS, h200_capacity
         (16, 128, 1, 4, 64, 2, 4, 512),  # T * head_groups = 32 (TILE64_MIN_TOKEN_GROUPS): tile64
         (32, 64, 1, 4, 64, 1, 4, 512),
         (16, 100, 1, 4, 64, 2, 4, 512),
-        (1, 32, 8, 1, 32, 2, 8, 256),  # 16 < N <= 32: two 16-head groups at T = 1, 64 heads from WIDE_PADDED_MIN_TOKENS on
+        (1, 32, 8, 1, 32, 2, 8, 256),  # 16 < N <= 48 at T = 1: 16-head groups (ONE_TOKEN_MAX_HEADS_OF_16) ...
         (1, 17, 8, 1, 32, 2, 8, 256),
+        (1, 48, 8, 1, 32, 3, 8, 256),
+        (1, 49, 1, 4, 32, 1, 64, 32),  # ... above it, and from WIDE_PADDED_MIN_TOKENS on, 64 heads per CTA
         (2, 32, 1, 4, 32, 1, 64, 32),
         (8, 32, 1, 4, 32, 1, 16, 128),
         (16, 32, 1, 4, 32, 1, 8, 256),

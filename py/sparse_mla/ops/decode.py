@@ -149,9 +149,13 @@ UNCAPPED_SPLIT_COST_PER_HEAD = 1
 """Uncapped, each split past the first costs this many positions per head of a CTA (its partial, merged again)."""
 
 WIDE_PADDED_MIN_TOKENS = 2
-"""The wide kernel (the tile64 kernel from ``TILE64_MIN_TOKEN_GROUPS`` on) serves every ``N > 32``, and ``16 < N <= 32``
-from this ``T`` on, where it is faster than 32 heads per CTA or two groups of 16; below it, two groups of 16 heads
-(docs/decode-tuning.md)."""
+"""The wide kernel (the tile64 kernel from ``TILE64_MIN_TOKEN_GROUPS`` on) serves every ``N > 16`` from this ``T`` on,
+where it is faster than 32 heads per CTA or groups of 16 (docs/decode-tuning.md)."""
+
+ONE_TOKEN_MAX_HEADS_OF_16 = 48
+"""Below ``WIDE_PADDED_MIN_TOKENS`` (T = 1) the first kernel with 16 heads per CTA (``ceil(N / 16)`` head groups)
+serves ``16 < N <=`` this, 0.82-0.95x the time of 32 heads per CTA or the wide kernel on the H200; the wide kernel
+above (N = 64: 1.02-1.04x; docs/decode-tuning.md)."""
 
 WIDE_MAX_TOPK = 4096
 """Above this top-k the wide kernel is left out: a split's slot ids share its ~200 KB of shared memory."""
@@ -216,9 +220,9 @@ def plan(
 ) -> DecodePlan:
     """Split each token's ``topk`` positions just enough to give every SM ``ctas_per_sm`` CTAs.
 
-    Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``, 64 (the wide kernel) for
-    ``N > 32`` and for ``16 < N <= 32`` from ``T =`` ``WIDE_PADDED_MIN_TOKENS`` on, 16 (two head groups) for
-    ``16 < N <= 32`` below it (both while ``topk <= WIDE_MAX_TOPK``), else 32. The wide kernel has one stage
+    Heads per CTA (``16 * head_tiles``, unless given): 16 for ``N <= 16``; for ``N > 16`` while
+    ``topk <= WIDE_MAX_TOPK``, 16 (``ceil(N / 16)`` head groups) below ``T =`` ``WIDE_PADDED_MIN_TOKENS`` up to
+    ``N =`` :data:`ONE_TOKEN_MAX_HEADS_OF_16`, else 64 (the wide kernel); else 32. The wide kernel has one stage
     size (32) and one CTA per split, and aims at 1 CTA per SM. Stage of a CTA:
     32 positions while ``T * head_groups <= LARGE_CHUNK_MAX_GROUPS``, in clusters of 8 from
     ``CLUSTER_LARGE_CHUNK_MIN_GROUPS`` on, and with one CTA per split while
@@ -444,14 +448,14 @@ def _default_head_tiles(
     num_tokens: int, num_heads: int, topk: int, cluster_size: Optional[int], cta_chunk: Optional[int]
 ) -> int:
     """:func:`plan`'s head tiles when not given: the wide kernel only where ``topk`` and a caller's
-    cluster size or stage size do not rule it out; where they do not, 16 heads a CTA for ``16 < N <= 32`` below
-    ``WIDE_PADDED_MIN_TOKENS``."""
+    cluster size or stage size do not rule it out, but for ``N <=`` :data:`ONE_TOKEN_MAX_HEADS_OF_16` below
+    :data:`WIDE_PADDED_MIN_TOKENS` (16 heads a CTA)."""
     wide_fits = cluster_size in (None, 1) and cta_chunk in (None, WIDE_CTA_CHUNK) and topk <= WIDE_MAX_TOPK
     if not (wide_fits and _wide_serves(num_heads)):
         return narrow_head_tiles(num_heads)
-    if num_heads > 2 * HEAD_TILE_ROWS or num_tokens >= WIDE_PADDED_MIN_TOKENS:
-        return WIDE_HEAD_TILES
-    return 1  # 16 < N <= 32 at T = 1: two groups of 16 heads, faster than 32 heads a CTA (docs/decode-tuning.md)
+    if num_tokens < WIDE_PADDED_MIN_TOKENS and num_heads <= ONE_TOKEN_MAX_HEADS_OF_16:
+        return 1
+    return WIDE_HEAD_TILES
 
 
 class WorkspaceLayout(NamedTuple):
