@@ -92,7 +92,7 @@ TILE64_CTA_CHUNK = 64
 
 TILE64_MIN_TOKEN_GROUPS = 32
 """The plan takes the tile64 kernel for the wide kernel from this ``T * head_groups`` on. On an H100 (2026-12-07,
-results/2026-12-07-h100/tile64-split/) its splits took 1.04-1.31x the wide kernel's time at 1 to 16 (T = 1, 4 at
+results/2026-12-07-h100/tile64-split/) its splits took 1.04-1.29x the wide kernel's time at 1 to 16 (T = 1, 4 at
 N = 64, 128; T = 16 at N = 64) and 0.89-0.92x at 32 (T = 16, N = 128)."""
 
 TILE64_MAX_POSITIONS = 2048
