@@ -28,6 +28,7 @@ import torch
 
 from sparse_mla import kv_cache_format, routing
 from sparse_mla.checks import (
+    check_finite_real,
     check_kv_cache_slot_strides,
     check_num_heads,
     check_tensor,
@@ -347,8 +348,11 @@ class SparseMLAMetadataBuilder:
 
     Raises
     ------
+    TypeError
+        ``num_heads`` not an int.
     ValueError
-        A ``dcp_*`` argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
+        A CUDA ``device`` this process does not see (a CPU build of torch, an index past the devices),
+        a ``dcp_*`` argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
         [1, :data:`sparse_mla.ops.decode.MAX_TOPK`], an unknown ``route`` or
         ``kv_cache_dtype``, or a ``route`` that cannot read the ``kv_cache_dtype`` cache.
     """
@@ -390,6 +394,10 @@ class SparseMLAMetadataBuilder:
         self.num_heads = num_heads
         self.index_topk = index_topk
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not (torch.cuda.is_available()
+                                               and (self.device.index or 0) < torch.cuda.device_count()):
+            raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device this process sees "
+                             f"({torch.cuda.device_count()} of them; torch {torch.__version__}), got {self.device}")
         if self.device.type == "cuda" and self.device.index is None:  # where "cuda" allocates: the current device
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.route_override = route
@@ -580,8 +588,10 @@ class SparseMLAImpl:
     ------
     NotImplementedError
         An unsupported feature is requested; the message names it.
+    TypeError
+        ``num_heads`` not an int or ``softmax_scale`` not a real number.
     ValueError
-        ``num_heads`` outside [1, 128], ``head_size`` not 576 or ``num_kv_heads`` not 1.
+        ``num_heads`` outside [1, 128], ``softmax_scale`` not finite, ``head_size`` not 576 or ``num_kv_heads`` not 1.
     """
 
     def __init__(
@@ -614,6 +624,7 @@ class SparseMLAImpl:
             if requested:
                 raise NotImplementedError(f"sparse_mla: {feature} is not supported by SparseMLAImpl")
         check_num_heads("num_heads", num_heads)
+        check_finite_real("softmax_scale", softmax_scale)
         if head_size != KV_CACHE_HEAD_SIZE:
             raise ValueError(f"sparse_mla: argument 'head_size' expected {KV_CACHE_HEAD_SIZE}, got {head_size}")
         if num_kv_heads != 1:
@@ -654,7 +665,9 @@ class SparseMLAImpl:
             From :meth:`SparseMLAMetadataBuilder.build` for this step, planned for this layer's ``N``.
         topk_indices : torch.Tensor
             `[T, topk]` int32 request-local positions, ``-1`` = none, anywhere in the row (global positions
-            under DCP: each rank attends those it stores).
+            under DCP: each rank attends those it stores). An entry below -1 or at or past the token's
+            sequence length counts as ``-1`` on every route (nothing read out of bounds); ``check_indices``
+            raises on it instead.
         output : torch.Tensor, optional
             `[T, N, 512]` bf16, written in place and returned.
         return_lse : bool
@@ -674,9 +687,13 @@ class SparseMLAImpl:
         Raises
         ------
         TypeError, ValueError
-            A tensor has the wrong shape, dtype or device, the metadata was planned for another head
-            count, or its route cannot read this cache format; the message names the argument.
+            A tensor has the wrong shape, dtype or device, ``attn_metadata`` is not a step's metadata or was
+            planned for another head count, or its route cannot read this cache format; the message names the
+            argument.
         """
+        if not isinstance(attn_metadata, SparseMLAMetadata):
+            raise TypeError(f"sparse_mla: argument 'attn_metadata' expected the SparseMLAMetadata of "
+                            f"SparseMLAMetadataBuilder.build, got {type(attn_metadata).__name__}")
         q_nope, q_rope = self._split_q(q)
         metadata = attn_metadata
         num_tokens, num_heads = metadata.num_actual_tokens, self.num_heads

@@ -4,6 +4,8 @@ Every public entry point validates its tensors here before any kernel runs, so t
 raises a Python exception instead of reading out of bounds or corrupting the KV cache.
 """
 
+import math
+import numbers
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -114,9 +116,21 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_num_heads(name: str, num_heads: int) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``1 <= num_heads <= MAX_NUM_HEADS`` (128)."""
+    """Raise ``TypeError`` naming ``name`` unless ``num_heads`` is an integer (a Python, NumPy or symbolic one, not a
+    bool), ``ValueError`` unless ``1 <= num_heads <= MAX_NUM_HEADS`` (128)."""
+    if isinstance(num_heads, bool) or not isinstance(num_heads, (numbers.Integral, torch.SymInt)):
+        raise TypeError(f"sparse_mla: argument '{name}' expected an int, got {type(num_heads).__name__} {num_heads!r}")
     if not 1 <= num_heads <= MAX_NUM_HEADS:
         raise ValueError(f"sparse_mla: argument '{name}' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+
+
+def check_finite_real(name: str, value: float) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``value`` is a real number (not a bool), ``ValueError`` unless it
+    is finite."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"sparse_mla: argument '{name}' expected a real number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"sparse_mla: argument '{name}' expected a finite number, got {value}")
 
 
 def check_kv_cache_slot_strides(name: str, kv_cache: torch.Tensor) -> int:

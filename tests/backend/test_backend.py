@@ -307,6 +307,29 @@ def test_impl_rejects_bad_sizes(kwargs, message):
         SparseMLAImpl(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(num_heads=16.0), TypeError, "argument 'num_heads' expected an int, got float 16.0"),
+        (dict(num_heads=True), TypeError, "argument 'num_heads' expected an int, got bool True"),
+        (dict(num_heads=16, softmax_scale="x"), TypeError, "argument 'softmax_scale' expected a real number, got str 'x'"),
+        (dict(num_heads=16, softmax_scale=float("nan")), ValueError, "argument 'softmax_scale' expected a finite number"),
+    ],
+)
+def test_impl_rejects_bad_types(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        SparseMLAImpl(**kwargs)
+
+
+def test_builder_rejects_a_cuda_device_this_process_lacks():
+    """One past the devices this process sees (on a CPU build of torch: any CUDA device)."""
+    missing = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(ValueError, match=f"argument 'device' expected a CUDA device this process sees .* got {missing}"):
+        SparseMLAMetadataBuilder(8, missing, 16)
+    with pytest.raises(TypeError, match="argument 'num_heads' expected an int, got float 16.0"):
+        SparseMLAMetadataBuilder(8, CPU, 16.0)
+
+
 def test_impl_splits_one_query_tensor_by_views():
     q = torch.zeros(3, 4, KV_CACHE_HEAD_SIZE, dtype=torch.bfloat16)
     q_nope, q_rope = SparseMLAImpl._split_q(q)
@@ -365,6 +388,8 @@ def _forward_args(num_heads=4, num_tokens=3, route=None, kv_cache_dtype="auto"):
          "argument 'topk_indices' expected device cpu, got meta"),
         (lambda a: a.update(attn_metadata=_forward_args(num_heads=8)["attn_metadata"]), ValueError,
          "argument 'attn_metadata' expected a step planned for num_heads = 4, got 8"),
+        (lambda a: a.update(attn_metadata=None), TypeError,
+         "argument 'attn_metadata' expected the SparseMLAMetadata of SparseMLAMetadataBuilder.build, got NoneType"),
     ],
 )
 def test_forward_rejects_bad_arguments(change, error, message):
