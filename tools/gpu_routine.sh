@@ -6,7 +6,7 @@
 # It expects, in the git-ignored folder .device/ (ship it with the run; tools/device_bundle.sh assembles it):
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
-# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [pytest_suite] [libs] [wheel] [ab] [bench] [side_by_side] [model_step] [host_time] [libs_ab]
+# Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [pytest_suite] [libs] [wheel] [ab] [bench] [routing] [side_by_side] [model_step] [host_time] [libs_ab]
 #        [decode] [memcheck] [racecheck] [ncu] [wgmma_probe] [-- extra bench flags]
 #   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
 #   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
@@ -47,6 +47,8 @@
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
 #   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
 #   py/sparse_mla/routing_table.json and copied to $OUT/bench/).
+#   routing: the routing table from the whole grid, N 1..128 x T 1..8192 on both caches (bench's grid with routed timed
+#   on it, then T 2048..8192 at 64 tokens a request; tools/make_routing_table.py over both), into $OUT/routing/.
 #   side_by_side: the README's grid (results/2026-12-01-h200/): ours routed on both caches, the FA3 route, the decode
 #   kernel and FlashMLA's kernels (FLASHMLA_LIBRARY=the path of vLLM 0.26.0's vllm/_flashmla_C.abi3.so, extracted
 #   outside the checkout and shipped in .device/), into $out/side_by_side/ (bench.csv, side_by_side.png).
@@ -211,6 +213,22 @@ for step in "${steps[@]}"; do
       cp -f py/sparse_mla/routing_table.json "$out/bench/"
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
+      [ "$rc" -eq 0 ] || status=$rc
+      ;;
+    routing)
+      # The routing table from the whole grid (results/2026-12-07-h100/routing/README.md): bench's pass over N 1..128 x
+      # T 1..1024, one token a request, with routed timed on the table it writes (routing/grid/), then T 2048..8192 at 64
+      # tokens a request (routing/large/); tools/make_routing_table.py writes py/sparse_mla/routing_table.json from both.
+      mkdir -p "$out/routing/grid" "$out/routing/large"
+      run_tool bench --out_dir="$out/routing/grid" --write_routing_table --heads=1,8,16,32,64,128 \
+        --tokens=1,2,4,8,12,16,30,32,64,128,256,512,1024 --paths=fa3,triton,decode,routed --replays=15 "$@" \
+        > "$out/routing/grid/bench.log" 2>&1 &&
+        run_tool bench --out_dir="$out/routing/large" --heads=1,8,16,32,64,128 --tokens=2048,4096,8192 \
+          --tokens_per_request=64 --paths=fa3,triton,decode --replays=10 "$@" > "$out/routing/large/bench.log" 2>&1 &&
+        PYTHONPATH=py python3 tools/make_routing_table.py "$out/routing/grid/bench.csv" "$out/routing/large/bench.csv"
+      rc=$?
+      cp -f py/sparse_mla/routing_table.json "$out/routing/"
+      echo "routing: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     side_by_side)
