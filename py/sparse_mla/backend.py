@@ -46,7 +46,7 @@ from sparse_mla.constants import (
 )
 from sparse_mla import device_info
 from sparse_mla.kernels.sparse_mla_attention import max_default_shared_memory_bytes
-from sparse_mla.ops import decode, fa3, token_metadata
+from sparse_mla.ops import decode, fa3, library, token_metadata
 from sparse_mla.routes import ROUTES, PreparedStep, Route, RoutePlan, RouteWorkspace, StepContext
 from sparse_mla.topk_filter import DcpShard, check_topk_length, rows_to_check
 
@@ -394,12 +394,12 @@ class SparseMLAMetadataBuilder:
         self.num_heads = num_heads
         self.index_topk = index_topk
         self.device = torch.device(device)
-        if self.device.type == "cuda" and not (torch.cuda.is_available()
-                                               and (self.device.index or 0) < torch.cuda.device_count()):
-            raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device this process sees "
-                             f"({torch.cuda.device_count()} of them; torch {torch.__version__}), got {self.device}")
-        if self.device.type == "cuda" and self.device.index is None:  # where "cuda" allocates: the current device
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        if self.device.type == "cuda":
+            if not (torch.cuda.is_available() and (self.device.index or 0) < torch.cuda.device_count()):
+                raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device this process sees "
+                                 f"({torch.cuda.device_count()} of them; torch {torch.__version__}), got {self.device}")
+            # "cuda" without an index: where it allocates, the current device
+            self.device = torch.device("cuda", library.cuda_device_index(self.device.index))
         self.route_override = route
         self.num_sms = device_info.num_sms(self.device)
         # The per-token work of build: one CUDA launch where our op library runs, else PyTorch ops.
