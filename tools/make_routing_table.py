@@ -8,9 +8,9 @@ other rows and their provenance stay.
 Run: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir>/bench.csv [more.csv ...] [--merge]
 (an interpreter with torch: tools/python_env.sh prints one)."""
 
+import argparse
 import csv
 import json
-import sys
 from typing import List
 
 from sparse_mla import routing
@@ -42,8 +42,10 @@ def main(bench_csvs: List[str], merge: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    arguments = [a for a in sys.argv[1:] if a != "--merge"]
-    if not arguments:
-        sys.exit('usage: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir>/bench.csv '
-                 "[more.csv ...] [--merge]")
-    main(arguments, merge="--merge" in sys.argv[1:])
+    parser = argparse.ArgumentParser(
+        description="Write py/sparse_mla/routing_table.json from tools/bench.py grid CSVs (run with "
+        'PYTHONPATH=py "$(tools/python_env.sh)").')
+    parser.add_argument("bench_csvs", nargs="+", metavar="bench.csv", help="grid CSVs of tools/bench.py")
+    parser.add_argument("--merge", action="store_true", help="replace only the CSVs' rows N of each grid")
+    arguments = parser.parse_args()
+    main(arguments.bench_csvs, merge=arguments.merge)

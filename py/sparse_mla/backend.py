@@ -29,6 +29,7 @@ import torch
 from sparse_mla import kv_cache_format, routing
 from sparse_mla.checks import (
     check_finite_real,
+    check_int,
     check_kv_cache_slot_strides,
     check_num_heads,
     check_tensor,
@@ -349,7 +350,7 @@ class SparseMLAMetadataBuilder:
     Raises
     ------
     TypeError
-        ``num_heads`` not an int.
+        ``max_num_batched_tokens``, ``num_heads`` or ``index_topk`` not an int.
     ValueError
         A CUDA ``device`` this process does not see (a CPU build of torch, an index past the devices),
         a ``dcp_*`` argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
@@ -371,6 +372,8 @@ class SparseMLAMetadataBuilder:
         dcp_interleave: int = 1,
     ):
         self.dcp = DcpShard(dcp_rank, dcp_world_size, dcp_interleave)
+        check_int("max_num_batched_tokens", max_num_batched_tokens)
+        check_int("index_topk", index_topk)
         if max_num_batched_tokens < 1:
             raise ValueError(
                 f"sparse_mla: argument 'max_num_batched_tokens' expected >= 1, got {max_num_batched_tokens}"

@@ -115,11 +115,17 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def check_int(name: str, value: int) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``value`` is an integer (a Python, NumPy or symbolic one, not a
+    bool)."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, torch.SymInt)):
+        raise TypeError(f"sparse_mla: argument '{name}' expected an int, got {type(value).__name__} {value!r}")
+
+
 def check_num_heads(name: str, num_heads: int) -> None:
-    """Raise ``TypeError`` naming ``name`` unless ``num_heads`` is an integer (a Python, NumPy or symbolic one, not a
-    bool), ``ValueError`` unless ``1 <= num_heads <= MAX_NUM_HEADS`` (128)."""
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (numbers.Integral, torch.SymInt)):
-        raise TypeError(f"sparse_mla: argument '{name}' expected an int, got {type(num_heads).__name__} {num_heads!r}")
+    """Raise ``TypeError`` naming ``name`` unless ``num_heads`` is an integer (:func:`check_int`), ``ValueError``
+    unless ``1 <= num_heads <= MAX_NUM_HEADS`` (128)."""
+    check_int(name, num_heads)
     if not 1 <= num_heads <= MAX_NUM_HEADS:
         raise ValueError(f"sparse_mla: argument '{name}' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
 

@@ -326,8 +326,23 @@ def test_builder_rejects_a_cuda_device_this_process_lacks():
     missing = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(ValueError, match=f"argument 'device' expected a CUDA device this process sees .* got {missing}"):
         SparseMLAMetadataBuilder(8, missing, 16)
-    with pytest.raises(TypeError, match="argument 'num_heads' expected an int, got float 16.0"):
-        SparseMLAMetadataBuilder(8, CPU, 16.0)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((8, CPU, 16.0), "argument 'num_heads' expected an int, got float 16.0"),
+        (("16", CPU, 16), "argument 'max_num_batched_tokens' expected an int, got str '16'"),
+        ((16.5, CPU, 16), "argument 'max_num_batched_tokens' expected an int, got float 16.5"),
+        ((True, CPU, 16), "argument 'max_num_batched_tokens' expected an int, got bool True"),
+        ((16, CPU, 16, 64.0), "argument 'index_topk' expected an int, got float 64.0"),
+        ((16, CPU, 16, None), "argument 'index_topk' expected an int, got NoneType None"),
+    ],
+)
+def test_builder_rejects_non_int_sizes(args, message):
+    """Each size argument named, not a TypeError from inside a comparison or torch.zeros."""
+    with pytest.raises(TypeError, match=message):
+        SparseMLAMetadataBuilder(*args)
 
 
 def test_impl_splits_one_query_tensor_by_views():

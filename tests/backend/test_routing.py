@@ -1,7 +1,9 @@
 """Routing between the routes of sparse_mla.routes: the checked-in table, its lookup, the fallbacks."""
 
+import csv
 import dataclasses
 import json
+import pathlib
 import re
 
 import pytest
@@ -47,6 +49,28 @@ def test_checked_in_table_has_a_complete_grid_per_cache_format_with_provenance()
         for key in measured:
             assert provenance.get(key), f"{cache_format} provenance expected '{key}', got {provenance}"
     assert routing.load_table() == routing.load_table(cache_format="bfloat16"), "the default grid is bf16's"
+
+
+ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
+
+
+@pytest.mark.parametrize("cache_format", routing.CACHE_FORMATS)
+def test_checked_in_table_is_its_sources_fastest_routes(cache_format):
+    """The provenance's CSVs are in the repository and give the checked-in grid (tools/make_routing_table.py's rule),
+    so a table cannot name a measurement that is not committed or drift from it."""
+    with open(routing.ROUTING_TABLE) as f:
+        source = json.load(f)[cache_format]["provenance"]["source"]
+    paths = re.findall(r"[^\s,;()]+\.csv", source)
+    assert paths, f"{cache_format} provenance 'source' names no CSV: {source!r}"
+    missing = [path for path in paths if not (ROOT / path).is_file()]
+    assert not missing, f"{cache_format} provenance 'source' names CSVs not in the repository: {missing}"
+    if "other rows" in source:  # a --merge of several runs: the rows' split is not recorded, only the files
+        return
+    rows = []
+    for path in paths:
+        lines = (ROOT / path).read_text().splitlines()
+        rows += csv.DictReader(line for line in lines if not line.startswith("#"))
+    assert routing.table_from_bench_rows(rows, cache_format) == routing.load_table(cache_format=cache_format)
 
 
 def _write_grids(path, grids):
