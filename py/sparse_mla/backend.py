@@ -145,10 +145,15 @@ class SparseMLABackend:
 
         Raises
         ------
+        TypeError
+            ``num_blocks`` not an int.
         ValueError
-            ``block_size`` is not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or ``cache_dtype_str``
-            not one of :attr:`supported_kv_cache_dtypes`.
+            ``num_blocks`` negative, ``block_size`` not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or
+            ``cache_dtype_str`` not one of :attr:`supported_kv_cache_dtypes`.
         """
+        check_int("num_blocks", num_blocks)
+        if num_blocks < 0:
+            raise ValueError(f"sparse_mla: argument 'num_blocks' expected >= 0, got {num_blocks}")
         expected = {
             "block_size": (block_size, KV_BLOCK_SIZE),
             "num_kv_heads": (num_kv_heads, 1),

@@ -206,11 +206,17 @@ def test_backend_description():
         ((100, 64, 1, 576, "fp8"),
          r"argument 'cache_dtype_str' expected one of \['auto', 'bfloat16', 'fp8_ds_mla'\], got 'fp8'"),
         ((100, 64, 1, 656, "fp8_ds_mla"), "argument 'head_size' expected 576, got 656"),
+        ((-1, 64, 1, 576), "argument 'num_blocks' expected >= 0, got -1"),
     ],
 )
 def test_kv_cache_shape_rejects_other_layouts(args, message):
     with pytest.raises(ValueError, match=message):
         SparseMLABackend.get_kv_cache_shape(*args)
+
+
+def test_kv_cache_shape_rejects_a_non_int_block_count():
+    with pytest.raises(TypeError, match="argument 'num_blocks' expected an int, got float 100.0"):
+        SparseMLABackend.get_kv_cache_shape(100.0, 64, 1, 576)
 
 
 # Judged from the tables (no device of these capabilities here): a 132-SM GPU's launch configurations need
