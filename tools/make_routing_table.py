@@ -9,7 +9,6 @@ Run: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir
 (an interpreter with torch: tools/python_env.sh prints one)."""
 
 import argparse
-import csv
 import json
 from typing import List
 
@@ -19,12 +18,11 @@ from sparse_mla import routing
 def main(bench_csvs: List[str], merge: bool = False) -> None:
     provenance, rows = {}, []
     for bench_csv in bench_csvs:
-        with open(bench_csv) as f:
-            lines = f.read().splitlines()
-        for key, value in (line[2:].split(": ", 1) for line in lines if line.startswith("# ")):
+        csv_provenance, csv_rows = routing.read_bench_csv(bench_csv)
+        for key, value in csv_provenance.items():
             if value not in provenance.get(key, "").split("; "):  # a value that differs between CSVs: each
                 provenance[key] = f"{provenance[key]}; {value}" if key in provenance else value
-        rows += csv.DictReader(line for line in lines if not line.startswith("#"))
+        rows += csv_rows
     for cache_format in routing.CACHE_FORMATS:
         table = routing.table_from_bench_rows(rows, cache_format)
         if table is None:

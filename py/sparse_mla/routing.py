@@ -17,6 +17,7 @@ takes an explicit ``route=`` that overrides the table (tests, the benchmark).
 """
 
 import bisect
+import csv
 import functools
 import json
 import os
@@ -130,6 +131,15 @@ def bench_column(path: str, cache_format: str = BF16.name) -> str:
     ``_over_bound``."""
     _check_cache_format(cache_format)
     return path if cache_format == BF16.name else f"{path}_fp8"
+
+
+def read_bench_csv(path: str) -> Tuple[Dict[str, str], List[Dict[str, str]]]:
+    """A ``tools/bench.py`` grid CSV: its provenance (the ``# key: value`` lines above the header) and its rows
+    (``csv.DictReader``'s dicts, as :func:`table_from_bench_rows` takes them)."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    provenance = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
+    return provenance, list(csv.DictReader(line for line in lines if not line.startswith("#")))
 
 
 def table_from_bench_rows(rows: Iterable[Mapping[str, object]], cache_format: str = BF16.name) -> Optional[Table]:

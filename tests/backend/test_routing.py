@@ -1,6 +1,5 @@
 """Routing between the routes of sparse_mla.routes: the checked-in table, its lookup, the fallbacks."""
 
-import csv
 import dataclasses
 import json
 import pathlib
@@ -66,10 +65,7 @@ def test_checked_in_table_is_its_sources_fastest_routes(cache_format):
     assert not missing, f"{cache_format} provenance 'source' names CSVs not in the repository: {missing}"
     if "other rows" in source:  # a --merge of several runs: the rows' split is not recorded, only the files
         return
-    rows = []
-    for path in paths:
-        lines = (ROOT / path).read_text().splitlines()
-        rows += csv.DictReader(line for line in lines if not line.startswith("#"))
+    rows = [row for path in paths for row in routing.read_bench_csv(str(ROOT / path))[1]]
     assert routing.table_from_bench_rows(rows, cache_format) == routing.load_table(cache_format=cache_format)
 
 
