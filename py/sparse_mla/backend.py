@@ -357,7 +357,8 @@ class SparseMLAMetadataBuilder:
     TypeError
         ``max_num_batched_tokens``, ``num_heads`` or ``index_topk`` not an int.
     ValueError
-        A CUDA ``device`` this process does not see (a CPU build of torch, an index past the devices),
+        A ``device`` neither CUDA nor the CPU (e.g. ``"meta"``), a CUDA ``device`` this process does not see (a CPU
+        build of torch, an index past the devices),
         a ``dcp_*`` argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
         [1, :data:`sparse_mla.ops.decode.MAX_TOPK`], an unknown ``route`` or
         ``kv_cache_dtype``, or a ``route`` that cannot read the ``kv_cache_dtype`` cache.
@@ -402,6 +403,9 @@ class SparseMLAMetadataBuilder:
         self.num_heads = num_heads
         self.index_topk = index_topk
         self.device = torch.device(device)
+        if self.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device (or the CPU, where the Triton route "
+                             f"runs under its interpreter), got {self.device}")
         if self.device.type == "cuda":
             if not (torch.cuda.is_available() and (self.device.index or 0) < torch.cuda.device_count()):
                 raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device this process sees "

@@ -334,6 +334,13 @@ def test_builder_rejects_a_cuda_device_this_process_lacks():
         SparseMLAMetadataBuilder(8, missing, 16)
 
 
+@pytest.mark.parametrize("device", ["meta", torch.device("meta")])
+def test_builder_rejects_a_device_neither_cuda_nor_cpu(device):
+    """Its buffers would hold no data: every step would read garbage (a new user's trial built one on "meta")."""
+    with pytest.raises(ValueError, match="argument 'device' expected a CUDA device .* got meta"):
+        SparseMLAMetadataBuilder(8, device, 16)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
