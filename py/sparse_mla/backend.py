@@ -109,7 +109,16 @@ class SparseMLABackend:
         8.0, 99 KiB on 8.6, 8.9 and 12.0). The current device's SM count and shared memory are used when it
         has ``capability``, else those of a 132-SM GPU and the CUDA programming guide's table. Measured on
         the H200 only: 10.x compiles other instructions (tcgen05), so its figure is this bound, untested.
+
+        Raises
+        ------
+        TypeError
+            ``capability`` not a pair of ints, e.g. the string ``"9.0"``.
         """
+        if not (isinstance(capability, (tuple, list)) and len(capability) == 2
+                and all(isinstance(c, int) and not isinstance(c, bool) for c in capability)):
+            raise TypeError(f"sparse_mla: argument 'capability' expected (major, minor) ints, e.g. (9, 0), got "
+                            f"{capability!r}")
         major, minor = capability
         name = f"compute capability {major}.{minor}"
         current = torch.cuda.is_available() and torch.cuda.get_device_capability() == (major, minor)
@@ -151,7 +160,7 @@ class SparseMLABackend:
             ``num_blocks`` negative, ``block_size`` not 64, ``num_kv_heads`` not 1, ``head_size`` not 576 or
             ``cache_dtype_str`` not one of :attr:`supported_kv_cache_dtypes`.
         """
-        check_int("num_blocks", num_blocks)
+        num_blocks = check_int("num_blocks", num_blocks)
         if num_blocks < 0:
             raise ValueError(f"sparse_mla: argument 'num_blocks' expected >= 0, got {num_blocks}")
         expected = {
@@ -355,13 +364,14 @@ class SparseMLAMetadataBuilder:
     Raises
     ------
     TypeError
-        ``max_num_batched_tokens``, ``num_heads`` or ``index_topk`` not an int.
+        ``max_num_batched_tokens``, ``num_heads``, ``index_topk`` or a ``dcp_*`` argument not an int (Python or
+        NumPy, not a bool).
     ValueError
-        A ``device`` neither CUDA nor the CPU (e.g. ``"meta"``), a CUDA ``device`` this process does not see (a CPU
-        build of torch, an index past the devices),
-        a ``dcp_*`` argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk`` outside
-        [1, :data:`sparse_mla.ops.decode.MAX_TOPK`], an unknown ``route`` or
-        ``kv_cache_dtype``, or a ``route`` that cannot read the ``kv_cache_dtype`` cache.
+        A ``device`` that names no device (e.g. ``"gpu"``, ``None``) or neither CUDA nor the CPU (e.g. ``"meta"``),
+        a CUDA ``device`` this process does not see (a CPU build of torch, an index past the devices), a ``dcp_*``
+        argument out of range, ``max_num_batched_tokens < 1``, ``num_heads`` outside [1, 128], ``index_topk``
+        outside [1, :data:`sparse_mla.ops.decode.MAX_TOPK`], an unknown ``route`` or ``kv_cache_dtype``, or a
+        ``route`` that cannot read the ``kv_cache_dtype`` cache.
     """
 
     def __init__(
@@ -378,13 +388,13 @@ class SparseMLAMetadataBuilder:
         dcp_interleave: int = 1,
     ):
         self.dcp = DcpShard(dcp_rank, dcp_world_size, dcp_interleave)
-        check_int("max_num_batched_tokens", max_num_batched_tokens)
-        check_int("index_topk", index_topk)
+        max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens)
+        index_topk = check_int("index_topk", index_topk)
         if max_num_batched_tokens < 1:
             raise ValueError(
                 f"sparse_mla: argument 'max_num_batched_tokens' expected >= 1, got {max_num_batched_tokens}"
             )
-        check_num_heads("num_heads", num_heads)
+        num_heads = check_num_heads("num_heads", num_heads)
         if not 1 <= index_topk <= decode.MAX_TOPK:
             raise ValueError(
                 f"sparse_mla: argument 'index_topk' expected 1 <= index_topk <= {decode.MAX_TOPK} (the decode "
@@ -402,7 +412,11 @@ class SparseMLAMetadataBuilder:
         self.max_num_tokens = max_num_batched_tokens
         self.num_heads = num_heads
         self.index_topk = index_topk
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"sparse_mla: argument 'device' expected a torch.device or a device string such as "
+                             f"'cuda:0', got {device!r}") from e
         if self.device.type not in ("cuda", "cpu"):
             raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device (or the CPU, where the Triton route "
                              f"runs under its interpreter), got {self.device}")
@@ -495,8 +509,14 @@ class SparseMLAMetadataBuilder:
         ------
         NotImplementedError
             ``common_prefix_len`` is not 0 (cascade attention).
-        ValueError, TypeError
-            A size exceeds the buffers or a tensor has the wrong shape, dtype or device.
+        TypeError
+            ``common_attn_metadata`` without ``num_actual_tokens`` and ``num_reqs``, either not an int, or a tensor
+            of the wrong dtype.
+        ValueError
+            ``num_reqs`` negative, ``num_actual_tokens`` outside ``[0, max_num_batched_tokens]``, or a tensor of the
+            wrong shape or device. The contents of ``query_start_loc`` and ``seq_lens`` are the engine's and are
+            not read on the host (no synchronization): out of order, they give wrong lengths, never reads out of
+            the cache (every position is still bounded by the block table and the cache).
         """
         del fast_build
         if common_prefix_len != 0:
@@ -504,7 +524,15 @@ class SparseMLAMetadataBuilder:
                 f"sparse_mla: cascade attention not supported (common_prefix_len expected 0, got {common_prefix_len})"
             )
         common = common_attn_metadata
-        num_tokens, num_reqs = common.num_actual_tokens, common.num_reqs
+        try:
+            num_tokens, num_reqs = common.num_actual_tokens, common.num_reqs
+        except AttributeError as e:
+            raise TypeError(f"sparse_mla: argument 'common_attn_metadata' expected a CommonAttentionMetadata, got "
+                            f"{type(common).__name__}") from e
+        if type(num_tokens) is not int or type(num_reqs) is not int:  # the engine's are ints: no cost on its path
+            num_tokens, num_reqs = check_int("num_actual_tokens", num_tokens), check_int("num_reqs", num_reqs)
+        if num_reqs < 0:
+            raise ValueError(f"sparse_mla: argument 'num_reqs' expected >= 0, got {num_reqs}")
         step = self.step_plan(num_tokens)
         device = step.tokens.device
         query_start_loc, seq_lens = common.query_start_loc, common.seq_lens
@@ -630,12 +658,12 @@ class SparseMLAImpl:
             "KV sharing (kv_sharing_target_layer_name)": kv_sharing_target_layer_name is not None,
             f"attention type {attn_type!r} (attn_type; only 'decoder')": attn_type != "decoder",
             f"KV cache dtype {kv_cache_dtype!r} (kv_cache_dtype; only {SparseMLABackend.supported_kv_cache_dtypes})":
-                kv_cache_dtype not in SparseMLABackend.supported_kv_cache_dtypes,
+                (kv_cache_dtype or "auto") not in SparseMLABackend.supported_kv_cache_dtypes,  # None: "auto"
         }
         for feature, requested in unsupported.items():
             if requested:
                 raise NotImplementedError(f"sparse_mla: {feature} is not supported by SparseMLAImpl")
-        check_num_heads("num_heads", num_heads)
+        num_heads = check_num_heads("num_heads", num_heads)
         check_finite_real("softmax_scale", softmax_scale)
         if head_size != KV_CACHE_HEAD_SIZE:
             raise ValueError(f"sparse_mla: argument 'head_size' expected {KV_CACHE_HEAD_SIZE}, got {head_size}")
@@ -702,6 +730,9 @@ class SparseMLAImpl:
             A tensor has the wrong shape, dtype or device, ``attn_metadata`` is not a step's metadata or was
             planned for another head count, or its route cannot read this cache format; the message names the
             argument.
+        RuntimeError
+            The step's route, forced by the builder's ``route=``, cannot run here (e.g. ``"fa3"`` without a CUDA
+            device or its library).
         """
         if not isinstance(attn_metadata, SparseMLAMetadata):
             raise TypeError(f"sparse_mla: argument 'attn_metadata' expected the SparseMLAMetadata of "

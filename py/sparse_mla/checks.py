@@ -6,6 +6,7 @@ raises a Python exception instead of reading out of bounds or corrupting the KV 
 
 import math
 import numbers
+import operator
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -115,19 +116,21 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def check_int(name: str, value: int) -> None:
-    """Raise ``TypeError`` naming ``name`` unless ``value`` is an integer (a Python, NumPy or symbolic one, not a
-    bool)."""
+def check_int(name: str, value: int) -> int:
+    """``value`` as a Python int (a symbolic one as it is); ``TypeError`` naming ``name`` unless it is an integer
+    (a Python, NumPy or symbolic one, not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, torch.SymInt)):
         raise TypeError(f"sparse_mla: argument '{name}' expected an int, got {type(value).__name__} {value!r}")
+    return value if isinstance(value, torch.SymInt) else operator.index(value)
 
 
-def check_num_heads(name: str, num_heads: int) -> None:
-    """Raise ``TypeError`` naming ``name`` unless ``num_heads`` is an integer (:func:`check_int`), ``ValueError``
-    unless ``1 <= num_heads <= MAX_NUM_HEADS`` (128)."""
-    check_int(name, num_heads)
+def check_num_heads(name: str, num_heads: int) -> int:
+    """``num_heads`` as a Python int (:func:`check_int`); ``ValueError`` unless ``1 <= num_heads <= MAX_NUM_HEADS``
+    (128)."""
+    num_heads = check_int(name, num_heads)
     if not 1 <= num_heads <= MAX_NUM_HEADS:
         raise ValueError(f"sparse_mla: argument '{name}' expected 1 <= num_heads <= {MAX_NUM_HEADS}, got {num_heads}")
+    return num_heads
 
 
 def check_finite_real(name: str, value: float) -> None:

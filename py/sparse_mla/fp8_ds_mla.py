@@ -66,7 +66,13 @@ def group_scales(kv_c_normed: torch.Tensor) -> torch.Tensor:
     -------
     torch.Tensor
         `[T, 4]` float32.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``kv_c_normed`` not a bf16 `[T, 512]` tensor.
     """
+    check_tensor("kv_c_normed", kv_c_normed, shape=(None, KV_LORA_RANK), dtype=torch.bfloat16)
     magnitude = kv_c_normed.float().abs()
     magnitude = torch.where(magnitude.isnan(), torch.zeros_like(magnitude), magnitude)  # fmaxf leaves NaN out
     amax = magnitude.reshape(-1, FP8_DS_MLA_NUM_SCALES, FP8_DS_MLA_GROUP_SIZE).amax(dim=-1)

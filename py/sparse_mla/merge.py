@@ -35,11 +35,15 @@ def merge_attention_states(outs: torch.Tensor, lses: torch.Tensor) -> Tuple[torc
     Raises
     ------
     TypeError, ValueError
-        ``outs`` not floating point or not 4-D, ``lses`` not float32 `[W, T, N]` on ``outs``' device.
+        ``outs`` not floating point, not 4-D or without a rank (``W = 0``), ``lses`` not float32 `[W, T, N]` on
+        ``outs``' device.
     """
     check_tensor("outs", outs, shape=(None, None, None, None))
     if not outs.dtype.is_floating_point:
         raise TypeError(f"sparse_mla: argument 'outs' expected a floating-point dtype, got {outs.dtype}")
+    if outs.shape[0] == 0:
+        raise ValueError("sparse_mla: argument 'outs' expected at least one rank (W >= 1), got shape "
+                         f"{tuple(outs.shape)}")
     check_tensor("lses", lses, shape=tuple(outs.shape[:3]), dtype=torch.float32, device=outs.device)
     top = lses.max(dim=0).values  # [T, N]
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # all -inf: any finite shift

@@ -23,6 +23,7 @@ import json
 import os
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
+from sparse_mla.checks import check_int, check_num_heads
 from sparse_mla.kv_cache_format import BF16, FORMATS
 from sparse_mla.routes import ROUTES
 
@@ -199,11 +200,33 @@ def lookup(table: Table, num_heads: int, num_tokens: int) -> str:
     return row[tokens.index(_at_or_above(tokens, max(num_tokens, 1)))]
 
 
+DEVICE_TYPES = ("cuda", "cpu")
+"""The device types a route serves: CUDA devices, and the CPU under Triton's interpreter."""
+
+
+def _check_route(name: str) -> None:
+    if name not in ROUTES:
+        raise ValueError(f"sparse_mla: argument 'name' expected one of {tuple(ROUTES)}, got {name!r}")
+
+
+def _check_device_type(device_type: str) -> None:
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"sparse_mla: argument 'device_type' expected one of {DEVICE_TYPES}, got {device_type!r}")
+
+
 def serves(name: str, device_type: str = "cuda", cache_format: str = BF16.name,
            device_index: Optional[int] = None) -> bool:
     """Whether route ``name`` runs here for tensors on a device of ``device_type`` (``"cuda"``: CUDA device
     ``device_index``, the current one when ``None``; or ``"cpu"``: only routes with ``runs_on_cpu``) and
-    reads caches of format ``cache_format`` (a name of :mod:`sparse_mla.kv_cache_format`)."""
+    reads caches of format ``cache_format`` (a name of :mod:`sparse_mla.kv_cache_format`).
+
+    Raises
+    ------
+    ValueError
+        ``name`` not a route of :data:`sparse_mla.routes.ROUTES`, ``device_type`` not one of :data:`DEVICE_TYPES`.
+    """
+    _check_route(name)
+    _check_device_type(device_type)
     route = ROUTES[name]
     return bool(route.is_available(device_index)) and (device_type == "cuda" or route.runs_on_cpu) and (
         cache_format in route.cache_formats
@@ -213,7 +236,15 @@ def serves(name: str, device_type: str = "cuda", cache_format: str = BF16.name,
 def runnable(name: str, device_type: str = "cuda", cache_format: str = BF16.name,
              device_index: Optional[int] = None) -> str:
     """``name``, or the first route of its fallback chain that :func:`serves` ``device_type`` (device
-    ``device_index``) and ``cache_format``."""
+    ``device_index``) and ``cache_format``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`serves`.
+    RuntimeError
+        No route of the chain serves them.
+    """
     while not serves(name, device_type, cache_format, device_index):
         fallback = ROUTES[name].fallback
         if fallback is None:
@@ -229,7 +260,22 @@ def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cac
                  device_index: Optional[int] = None) -> str:
     """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads on a cache of format
     ``cache_format`` on CUDA device ``device_index`` (the current one when ``None``): the checked-in table's,
-    or its fallback where that one cannot serve the step (:func:`runnable`). Host-side only (no device work)."""
+    or its fallback where that one cannot serve the step (:func:`runnable`). Host-side only (no device work).
+
+    Raises
+    ------
+    TypeError
+        ``num_heads`` or ``num_tokens`` not an int.
+    ValueError
+        ``num_heads`` outside [1, 128], a negative ``num_tokens``, ``device_type`` not one of
+        :data:`DEVICE_TYPES`, or an unknown ``cache_format``.
+    RuntimeError
+        No route serves the step here (:func:`runnable`).
+    """
+    num_heads = check_num_heads("num_heads", num_heads)
+    if check_int("num_tokens", num_tokens) < 0:
+        raise ValueError(f"sparse_mla: argument 'num_tokens' expected >= 0, got {num_tokens}")
+    _check_device_type(device_type)
     return runnable(lookup(load_table(cache_format=cache_format), num_heads, num_tokens), device_type, cache_format,
                     device_index)
 
@@ -237,7 +283,14 @@ def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cac
 def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name,
                  device_index: Optional[int] = None) -> List[str]:
     """Every route :func:`choose_route` gives for ``num_heads`` heads, ``1 <= T <= max_num_tokens`` and
-    ``cache_format`` (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order."""
+    ``cache_format`` (what a metadata builder allocates workspaces for), in :data:`~sparse_mla.routes.ROUTES` order.
+
+    Raises
+    ------
+    TypeError, ValueError, RuntimeError
+        As :func:`choose_route`, for ``max_num_tokens`` as for ``num_tokens``.
+    """
+    max_num_tokens = check_int("max_num_tokens", max_num_tokens)
     _, tokens, _ = load_table(cache_format=cache_format)
     points = [t for t in tokens if t < max_num_tokens] + [max_num_tokens]
     chosen = {choose_route(num_heads, t, device_type, cache_format, device_index) for t in points}

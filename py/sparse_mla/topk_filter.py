@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from sparse_mla.checks import check_tensor, check_unit_last_stride
+from sparse_mla.checks import check_int, check_tensor, check_unit_last_stride
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +46,8 @@ class DcpShard:
     interleave: int = 1
 
     def __post_init__(self):
-        for name in ("rank", "world_size", "interleave"):
-            if not isinstance(getattr(self, name), int):
-                raise TypeError(f"sparse_mla: argument 'dcp_{name}' expected an int, got {getattr(self, name)!r}")
+        for name in ("rank", "world_size", "interleave"):  # frozen: the checked ints set through object
+            object.__setattr__(self, name, check_int(f"dcp_{name}", getattr(self, name)))
         if self.world_size < 1:
             raise ValueError(f"sparse_mla: argument 'dcp_world_size' expected >= 1, got {self.world_size}")
         if not 0 <= self.rank < self.world_size:

@@ -37,7 +37,9 @@ from vllm.v1.attention.backend import (
 
 from sparse_mla import kv_cache_format
 from sparse_mla.backend import SparseMLABackend, SparseMLAImpl, SparseMLAMetadata, SparseMLAMetadataBuilder
+from sparse_mla.checks import check_finite_real, check_tensor
 from sparse_mla.constants import KV_BLOCK_SIZE, KV_LORA_RANK, QK_ROPE_HEAD_DIM
+from sparse_mla.routes import ROUTES
 
 # --------------------------------------------------------------------------------------------------
 # Backend
@@ -92,11 +94,11 @@ class SparseMLAVllmBackend(SparseMLABackend, AttentionBackend):
     def validate_configuration(cls, block_size: Optional[int] = None, **selector_config: Any) -> List[str]:
         """vLLM's selector call, ``validate_configuration(device_capability=..., **AttentionSelectorConfig)``.
 
-        A ``block_size`` that is ``None`` (not chosen yet) or a multiple of 64 is served (vLLM splits its
+        A ``block_size`` that is ``None`` (not chosen yet) or a positive multiple of 64 is served (vLLM splits its
         blocks into kernel blocks), and so are the flags of :data:`SERVED_ENGINE_FEATURES`; everything else
         is judged by :meth:`sparse_mla.backend.SparseMLABackend.validate_configuration`.
         """
-        served = block_size is None or block_size % KV_BLOCK_SIZE == 0
+        served = block_size is None or (block_size > 0 and block_size % KV_BLOCK_SIZE == 0)
         judged = {name: value for name, value in selector_config.items() if name not in SERVED_ENGINE_FEATURES}
         return super().validate_configuration(block_size=KV_BLOCK_SIZE if served else block_size, **judged)
 
@@ -170,6 +172,10 @@ class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBu
             raise ValueError(
                 f"sparse_mla: argument 'kv_cache_spec.block_size' expected {KV_BLOCK_SIZE}, got {kv_cache_spec.block_size}"
             )
+        route = _additional_config(vllm_config).get(ROUTE_OVERRIDE_KEY)
+        if route is not None and route not in ROUTES:
+            raise ValueError(f"sparse_mla: additional_config[{ROUTE_OVERRIDE_KEY!r}] expected one of {tuple(ROUTES)}, "
+                             f"got {route!r}")
         dcp_rank, dcp_world_size, dcp_interleave = dcp_of(vllm_config)
         SparseMLAMetadataBuilder.__init__(
             self,
@@ -179,7 +185,7 @@ class SparseMLAVllmMetadataBuilder(SparseMLAMetadataBuilder, AttentionMetadataBu
             # times the DCP ranks whose queries the layer gathers.
             vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config) * dcp_world_size,
             index_topk=vllm_config.model_config.hf_text_config.index_topk,
-            route=_additional_config(vllm_config).get(ROUTE_OVERRIDE_KEY),
+            route=route,
             kv_cache_dtype=kv_cache_spec.cache_dtype_str,
             dcp_rank=dcp_rank,
             dcp_world_size=dcp_world_size,
@@ -262,6 +268,7 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
             raise NotImplementedError(f"sparse_mla: query head padding (q_pad_num_heads={q_pad_num_heads}) is not supported")
         if indexer is None and topk_indices_buffer is None:
             raise ValueError("sparse_mla: sparse MLA needs an 'indexer' or a 'topk_indices_buffer', got neither")
+        check_finite_real("scale", scale)  # vLLM's name for SparseMLAImpl's softmax_scale
         super().__init__(
             num_heads * self.dcp_world_size,  # the DCP group's gathered heads (dcp_world_size: vLLM's __new__)
             scale,
@@ -280,6 +287,7 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
         self.kv_cache_dtype = kv_cache_dtype
         self._indexer = indexer
         self._topk_indices_buffer = topk_indices_buffer
+        self._checked_topk_buffer: Optional[torch.Tensor] = None  # the last buffer forward_mqa found int32 and 2-D
         # index_group_builder: vLLM's cross-layer conversion of top-k rows to slot ids; each forward converts
         # its own rows (or the fused kernel reads them directly), so there is nothing to register.
 
@@ -323,15 +331,29 @@ class SparseMLAVllmImpl(SparseMLAImpl, MLAAttentionImpl):
 
         Raises
         ------
+        TypeError
+            ``q`` neither a tensor nor a pair of them, ``attn_metadata`` not a :class:`SparseMLAVllmMetadata`, or the
+            indexer's ``topk_indices_buffer`` not a 2-D int32 tensor; and as :meth:`SparseMLAImpl.forward`.
         ValueError
-            ``T`` differs from the metadata's token count (a dense-MHA prefill split, which this backend never asks for).
+            ``T`` differs from the metadata's token count (a dense-MHA prefill split, which this backend never asks
+            for); and as :meth:`SparseMLAImpl.forward` (its ``topk_indices``: the buffer's first ``T`` rows).
         """
-        num_tokens = (q[0] if isinstance(q, (tuple, list)) else q).shape[0]
+        first = q[0] if isinstance(q, (tuple, list)) and q else q
+        if not isinstance(first, torch.Tensor):
+            raise TypeError(f"sparse_mla: argument 'q' expected a tensor or a pair of tensors, got {type(q).__name__}")
+        if not isinstance(attn_metadata, SparseMLAVllmMetadata):
+            raise TypeError(f"sparse_mla: argument 'attn_metadata' expected a SparseMLAVllmMetadata (from "
+                            f"SparseMLAVllmMetadataBuilder.build), got {type(attn_metadata).__name__}")
+        num_tokens = first.shape[0]
         if num_tokens != attn_metadata.num_actual_tokens:
             raise ValueError(
                 f"sparse_mla: argument 'q' expected {attn_metadata.num_actual_tokens} tokens (the step's), got {num_tokens}"
             )
-        topk_indices = self.topk_indices_buffer[:num_tokens]
+        buffer = self.topk_indices_buffer
+        if buffer is not self._checked_topk_buffer:  # once per buffer: the indexer may repoint it
+            check_tensor("indexer.topk_indices_buffer", buffer, shape=(None, None), dtype=torch.int32)
+            self._checked_topk_buffer = buffer
+        topk_indices = buffer[:num_tokens]
         if self.need_to_return_lse_for_decode:
             return self.forward(q, kv_c_and_k_pe_cache, attn_metadata.core, topk_indices, return_lse=True)
         return self.forward(q, kv_c_and_k_pe_cache, attn_metadata.core, topk_indices), None

@@ -8,6 +8,7 @@ import dataclasses
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -231,6 +232,12 @@ DEVICE_ANSWERS = {
 }
 
 
+@pytest.mark.parametrize("capability", ["9.0", (9,), (9.0, 0), None])
+def test_device_reasons_name_a_bad_capability(capability):
+    with pytest.raises(TypeError, match=r"argument 'capability' expected \(major, minor\) ints"):
+        SparseMLABackend.device_reasons(capability)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the tables' answers; a visible GPU's own figures take precedence")
 @pytest.mark.parametrize("capability", sorted(DEVICE_ANSWERS), ids=lambda c: f"{c[0]}.{c[1]}")
 def test_device_answers(capability):
@@ -356,6 +363,61 @@ def test_builder_rejects_non_int_sizes(args, message):
     """Each size argument named, not a TypeError from inside a comparison or torch.zeros."""
     with pytest.raises(TypeError, match=message):
         SparseMLAMetadataBuilder(*args)
+
+
+def test_builder_takes_numpy_ints_as_ints():
+    """check_int accepts NumPy integers: every size is then a Python int, as the planners need."""
+    builder = SparseMLAMetadataBuilder(np.int64(8), CPU, np.int32(16), np.int64(INDEX_TOPK), dcp_world_size=np.int64(2),
+                                       dcp_rank=np.int8(1))
+    assert all(type(v) is int for v in (builder.max_num_tokens, builder.num_heads, builder.index_topk,
+                                        builder.dcp.world_size, builder.dcp.rank))
+    md = builder.build(0, testing.make_common_metadata([40, 50], [1, 1]))
+    assert md.token_kv_len.tolist() == [40, 50]
+
+
+@pytest.mark.parametrize("name", ["dcp_world_size", "dcp_rank", "dcp_interleave"])
+def test_builder_rejects_bool_dcp_sizes(name):
+    with pytest.raises(TypeError, match=f"argument '{name}' expected an int, got bool True"):
+        SparseMLAMetadataBuilder(8, CPU, 16, **{name: True})
+
+
+@pytest.mark.parametrize("device", ["gpu", None, 3.5])
+def test_builder_rejects_what_names_no_device(device):
+    with pytest.raises(ValueError, match=f"argument 'device' expected a torch.device or a device string .* got {device!r}"):
+        SparseMLAMetadataBuilder(8, device, 16)
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (dict(num_actual_tokens=2.0), TypeError, "argument 'num_actual_tokens' expected an int, got float 2.0"),
+        (dict(num_actual_tokens="2"), TypeError, "argument 'num_actual_tokens' expected an int, got str '2'"),
+        (dict(num_reqs=2.0), TypeError, "argument 'num_reqs' expected an int, got float 2.0"),
+        (dict(num_reqs=-1), ValueError, "argument 'num_reqs' expected >= 0, got -1"),
+    ],
+)
+def test_build_names_bad_sizes(change, error, message):
+    builder = SparseMLAMetadataBuilder(8, CPU, 16)
+    builder.build(0, testing.make_common_metadata([9, 3], [1, 1]))  # a cached plan for T = 2 must not hide them
+    with pytest.raises(error, match=message):
+        builder.build(0, dataclasses.replace(testing.make_common_metadata([9, 3], [1, 1]), **change))
+
+
+def test_build_names_a_missing_step():
+    with pytest.raises(TypeError, match="argument 'common_attn_metadata' expected a CommonAttentionMetadata, got NoneType"):
+        SparseMLAMetadataBuilder(8, CPU, 16).build(0, None)
+
+
+def test_cpu_forward_outside_the_interpreter_names_the_fix(monkeypatch):
+    """Compiled Triton cannot launch on CPU tensors: a ValueError naming q_nope, not Triton's driver error."""
+    builder = SparseMLAMetadataBuilder(8, CPU, 16, route="triton")
+    md = builder.build(0, testing.make_common_metadata([9], [1]))
+    impl = SparseMLAImpl(16, 0.1)
+    q = torch.randn(1, 16, KV_CACHE_HEAD_SIZE).bfloat16()
+    cache = torch.randn(4, 64, KV_CACHE_HEAD_SIZE).bfloat16()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="argument 'q_nope' expected device cuda, got cpu"):
+        impl.forward(q, cache, md, torch.zeros(1, INDEX_TOPK, dtype=torch.int32))
 
 
 def test_impl_splits_one_query_tensor_by_views():

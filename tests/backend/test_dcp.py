@@ -112,6 +112,8 @@ def test_merge_keeps_the_outputs_dtype_and_names_bad_arguments():
         merge_attention_states(outs, torch.zeros(2, 3, 5))
     with pytest.raises(TypeError, match="lses"):
         merge_attention_states(outs, torch.zeros(2, 3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"argument 'outs' expected at least one rank \(W >= 1\), got shape \(0, 3, 4, 8\)"):
+        merge_attention_states(outs[:0], torch.zeros(0, 3, 4))
     assert "merge_attention_states" in sparse_mla.__all__ and sparse_mla.merge_attention_states is merge_attention_states
 
 

@@ -128,6 +128,29 @@ def test_cpu_tensors_take_a_route_that_runs_on_the_cpu():
     assert routing.choose_route(16, 1, "cpu") == "triton"
 
 
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        ((0, 1), ValueError, "argument 'num_heads' expected 1 <= num_heads <= 128, got 0"),
+        ((129, 1), ValueError, "argument 'num_heads' expected 1 <= num_heads <= 128, got 129"),
+        ((16.5, 1), TypeError, "argument 'num_heads' expected an int, got float 16.5"),
+        (("16", 1), TypeError, "argument 'num_heads' expected an int, got str '16'"),
+        ((16, 3.5), TypeError, "argument 'num_tokens' expected an int, got float 3.5"),
+        ((16, -1), ValueError, "argument 'num_tokens' expected >= 0, got -1"),
+        ((16, 1, "meta"), ValueError, r"argument 'device_type' expected one of \('cuda', 'cpu'\), got 'meta'"),
+    ],
+)
+def test_choose_route_names_bad_arguments(args, error, message):
+    with pytest.raises(error, match=message):
+        routing.choose_route(*args)
+
+
+@pytest.mark.parametrize("check", [routing.serves, routing.runnable])
+def test_an_unknown_route_is_named(check):
+    with pytest.raises(ValueError, match="argument 'name' expected one of .*'triton'.*, got 'bogus'"):
+        check("bogus", "cpu")
+
+
 @pytest.mark.parametrize("cache_format", routing.CACHE_FORMATS)
 def test_routes_up_to_lists_every_route_of_the_range(cache_format):
     for n in (16, 128):

@@ -135,6 +135,9 @@ def test_dequantize_reads_any_scale_and_any_leading_shape():
         (lambda kv, pe: dequantize_cache(torch.zeros(2, 576, dtype=torch.uint8)), ValueError,
          r"argument 'kv_cache' expected shape \(..., 656\), got \(2, 576\)"),
         (lambda kv, pe: dequantize_cache(kv), TypeError, "argument 'kv_cache' expected dtype torch.uint8"),
+        (lambda kv, pe: group_scales(kv[:, :500]), ValueError, r"argument 'kv_c_normed' expected shape \(\*, 512\), got \(2, 500\)"),
+        (lambda kv, pe: group_scales(kv.view(2, 4, 128)), ValueError, r"argument 'kv_c_normed' expected shape \(\*, 512\), got \(2, 4, 128\)"),
+        (lambda kv, pe: group_scales(kv.float()), TypeError, "argument 'kv_c_normed' expected dtype torch.bfloat16"),
     ],
 )
 def test_bad_input_names_argument(call, error, message):

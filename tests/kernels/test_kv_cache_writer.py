@@ -135,6 +135,7 @@ def _good_args():
         ("kv_c_normed", lambda a: a[:, :256], ValueError, r"argument 'kv_c_normed' expected shape \(\*, 512\), got \(3, 256\)"),
         ("k_pe", lambda a: a[:2], ValueError, r"argument 'k_pe' expected shape \(3, 64\), got \(2, 64\)"),
         ("k_pe", lambda a: a.view(3, 2, 32), ValueError, r"argument 'k_pe' expected shape \(3, 1, 64\), got \(3, 2, 32\)"),
+        ("k_pe", lambda a: None, TypeError, "argument 'k_pe' expected a torch.Tensor, got NoneType"),
         ("kv_cache", lambda a: a.view(4, 32, 576), ValueError, r"argument 'kv_cache' expected shape \(\*, 64, 576\), got \(4, 32, 576\)"),
         ("kv_cache", lambda a: a.float(), TypeError,
          "argument 'kv_cache' expected dtype torch.bfloat16 or torch.uint8, got torch.float32"),

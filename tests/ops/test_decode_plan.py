@@ -3,6 +3,7 @@ layout and the op's plan checks are tests/ops/test_decode_workspace.py's."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -401,6 +402,7 @@ def test_plan_value_is_the_fields_in_order():
     (dict(num_tokens=-1, num_heads=16, num_sms=132), "num_tokens"),
     (dict(num_tokens=1, num_heads=16, num_sms=0), "num_sms"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, topk=0), "topk"),
+    (dict(num_tokens=1, num_heads=16, num_sms=132, ctas_per_sm=0), "ctas_per_sm"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, cluster_size=4), "cluster_size"),
     (dict(num_tokens=1, num_heads=16, num_sms=132, cta_chunk=64), "cta_chunk"),
     (dict(num_tokens=1, num_heads=64, num_sms=132, head_tiles=3), "head_tiles"),
@@ -412,6 +414,23 @@ def test_plan_value_is_the_fields_in_order():
 def test_plan_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         decode.plan(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(num_tokens=1.5, num_heads=16, num_sms=132), "num_tokens"),
+    (dict(num_tokens=1, num_heads=16.0, num_sms=132), "num_heads"),
+    (dict(num_tokens=1, num_heads=16, num_sms=None), "num_sms"),
+    (dict(num_tokens=1, num_heads=16, num_sms=132, topk=2048.0), "topk"),
+    (dict(num_tokens=1, num_heads=16, num_sms=132, ctas_per_sm=True), "ctas_per_sm"),
+])
+def test_plan_rejects_non_int_sizes(kwargs, name):
+    with pytest.raises(TypeError, match=f"argument '{name}' expected an int"):
+        decode.plan(**kwargs)
+
+
+def test_plan_of_numpy_sizes_is_the_plan_of_ints():
+    assert decode.plan(np.int64(8), np.int32(16), np.int64(H200_SMS), np.int64(INDEX_TOPK)) == decode.plan(
+        8, 16, H200_SMS, INDEX_TOPK)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer on a machine without CUDA")

@@ -67,7 +67,7 @@ def test_backend_answers_vllm():
     assert SparseMLAVllmBackend.is_mla() and SparseMLAVllmBackend.is_sparse()
     assert SparseMLAVllmBackend.get_supported_kernel_block_sizes(None) == [KV_BLOCK_SIZE]
     config = dict(steps.SELECTOR_CONFIG)
-    for block_size, served in ((None, True), (128, True), (48, False)):
+    for block_size, served in ((None, True), (128, True), (48, False), (0, False), (-64, False)):
         config["block_size"] = block_size
         reasons = SparseMLAVllmBackend.validate_configuration(device_capability=(9, 0), **config)
         assert (reasons == []) == served, f"block size {block_size}: reasons {reasons}"
@@ -110,6 +110,7 @@ def _impl_kwargs(**changes):
         (dict(topk_indices_buffer=None), ValueError, "needs an 'indexer' or a 'topk_indices_buffer'"),
         (dict(kv_cache_dtype="fp8"), NotImplementedError, "KV cache dtype 'fp8'"),
         (dict(alibi_slopes=[0.5] * 16), NotImplementedError, "ALiBi"),
+        (dict(scale="x"), TypeError, "argument 'scale' expected a real number, got str 'x'"),
     ],
 )
 def test_impl_rejects_what_it_cannot_serve(changes, error, message):
@@ -125,6 +126,29 @@ def test_impl_takes_vllm_attributes_and_rejects_a_split_batch():
     metadata = engine.builder.build(0, step.common)
     with pytest.raises(ValueError, match="argument 'q' expected 3 tokens \\(the step's\\), got 2"):
         engine.impl.forward_mqa((step.ql_nope[:2], step.q_pe[:2]), engine.kv_cache, metadata, None)
+
+
+def test_impl_takes_no_kv_cache_dtype_as_auto():
+    assert SparseMLAVllmImpl(**_impl_kwargs(kv_cache_dtype=None)).kv_cache_format.name == "bfloat16"
+
+
+def test_forward_mqa_names_what_vllm_would_pass_wrong():
+    engine = steps.make_engine(NUM_HEADS, 4, max_num_batched_tokens=8, device=CPU)
+    step = steps.make_step(engine, [100, 50], [2, 1], None, testing.make_generator(CPU, 3), NUM_HEADS)
+    metadata = engine.builder.build(0, step.common)
+    q = (step.ql_nope, step.q_pe)
+    with pytest.raises(TypeError, match="argument 'q' expected a tensor or a pair of tensors, got NoneType"):
+        engine.impl.forward_mqa(None, engine.kv_cache, metadata, None)
+    with pytest.raises(TypeError, match="argument 'attn_metadata' expected a SparseMLAVllmMetadata .* got SparseMLAMetadata"):
+        engine.impl.forward_mqa(q, engine.kv_cache, metadata.core, None)
+    engine.indexer.topk_indices_buffer = engine.indexer.topk_indices_buffer.long()  # repointed, as a draft model's
+    with pytest.raises(TypeError, match="argument 'indexer.topk_indices_buffer' expected dtype torch.int32, got torch.int64"):
+        engine.impl.forward_mqa(q, engine.kv_cache, metadata, None)
+
+
+def test_an_unknown_route_override_names_the_config_key():
+    with pytest.raises(ValueError, match=re.escape("additional_config['sparse_mla_route'] expected one of (")):
+        steps.make_engine(NUM_HEADS, 4, max_num_batched_tokens=8, device=CPU, route="fast")
 
 
 def test_dcp_wiring_follows_vllm_config():

@@ -222,7 +222,7 @@ def write_kv(
     device = kernel_device_type()
     check_tensor("kv_c_normed", kv_c_normed, shape=(None, KV_LORA_RANK), dtype=torch.bfloat16, device=device)
     num_tokens = kv_c_normed.shape[0]
-    if k_pe.dim() == 3:
+    if isinstance(k_pe, torch.Tensor) and k_pe.dim() == 3:
         check_tensor("k_pe", k_pe, shape=(num_tokens, 1, QK_ROPE_HEAD_DIM), dtype=torch.bfloat16, device=device)
     else:
         check_tensor("k_pe", k_pe, shape=(num_tokens, QK_ROPE_HEAD_DIM), dtype=torch.bfloat16, device=device)

@@ -32,7 +32,7 @@ from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from sparse_mla.checks import check_num_heads
+from sparse_mla.checks import check_int, check_num_heads
 from sparse_mla.constants import INDEX_TOPK
 from sparse_mla.ops.library import Availability, call_op, load_once, op_availability, tensor_device_index
 from sparse_mla.topk_filter import NO_DCP, DcpShard
@@ -268,6 +268,8 @@ def plan(
 
     Raises
     ------
+    TypeError
+        ``num_tokens``, ``num_heads``, ``num_sms``, ``topk`` or a given ``ctas_per_sm`` not an int.
     ValueError
         ``num_heads`` outside [1, 128], a negative ``num_tokens`` (0: an all-padding step, nothing
         launched), a non-positive ``num_sms``, ``topk`` or ``ctas_per_sm``, ``topk`` above :data:`MAX_TOPK`,
@@ -280,12 +282,16 @@ def plan(
         ``cluster_size`` of another kernel, or the tile64 kernel with ``topk`` above :data:`TILE64_MAX_POSITIONS` x
         :data:`MAX_SPLITS`.
     """
-    check_num_heads("num_heads", num_heads)
+    num_heads = check_num_heads("num_heads", num_heads)
+    num_tokens, num_sms, topk = (check_int(name, value) for name, value in (
+        ("num_tokens", num_tokens), ("num_sms", num_sms), ("topk", topk)))
+    if ctas_per_sm is not None:
+        ctas_per_sm = check_int("ctas_per_sm", ctas_per_sm)
     if topk > MAX_TOPK:
         raise ValueError(f"sparse_mla: argument 'topk' expected at most {MAX_TOPK} (MAX_TOPK), got {topk}")
     if num_tokens < 0:
         raise ValueError(f"sparse_mla: argument 'num_tokens' expected >= 0, got {num_tokens}")
-    for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", ctas_per_sm or 1)):
+    for name, value in (("num_sms", num_sms), ("topk", topk), ("ctas_per_sm", 1 if ctas_per_sm is None else ctas_per_sm)):
         if value < 1:
             raise ValueError(f"sparse_mla: argument '{name}' expected >= 1, got {value}")
     if kernel is not None and kernel not in (NARROW_KERNEL, WIDE_KERNEL, SWAP_AB_KERNEL, TILE64_KERNEL):

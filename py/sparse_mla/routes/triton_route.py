@@ -9,7 +9,9 @@ maximum. Both are the same for both cache formats.
 
 import dataclasses
 
+from sparse_mla.checks import check_tensor
 from sparse_mla.kernels import sparse_mla_attention as kernel
+from sparse_mla.kernels.triton_support import interpreting, kernel_device_type
 from sparse_mla.routes.route import ALL_FORMATS, Route, StepContext
 
 
@@ -29,7 +31,12 @@ class TritonRoute(Route):
                                                     largest.topk, num_sms=largest.num_sms)
 
     def run(self, q_nope, q_rope, kv_cache, topk_indices, metadata, softmax_scale, out, lse, topk_length) -> None:
-        """One launch: the fused kernel translates (and filters) the indices itself."""
+        """One launch: the fused kernel translates (and filters) the indices itself.
+
+        Raises ValueError naming ``q_nope`` for CPU tensors outside Triton's interpreter (``TRITON_INTERPRET=1``),
+        where compiled Triton would fail with no driver to launch on."""
+        if q_nope.is_cpu and not interpreting():
+            check_tensor("q_nope", q_nope, device=kernel_device_type())
         step = metadata.step
         kernel.launch(step.plan, q_nope, q_rope, kv_cache, topk_indices, metadata.req_id, metadata.token_kv_len,
                       metadata.block_table, softmax_scale, out, lse, step.workspace, topk_length, metadata.dcp)
