@@ -417,7 +417,7 @@ class SparseMLAMetadataBuilder:
         except (RuntimeError, TypeError) as e:
             raise ValueError(f"sparse_mla: argument 'device' expected a torch.device or a device string such as "
                              f"'cuda:0', got {device!r}") from e
-        if self.device.type not in ("cuda", "cpu"):
+        if self.device.type not in routing.DEVICE_TYPES:
             raise ValueError(f"sparse_mla: argument 'device' expected a CUDA device (or the CPU, where the Triton route "
                              f"runs under its interpreter), got {self.device}")
         if self.device.type == "cuda":
