@@ -238,7 +238,7 @@ class SparseMLABackend:
             reasons.append(f"head size {head_size} not supported (expected one of {cls.get_supported_head_sizes()})")
         if dtype not in cls.supported_dtypes:
             reasons.append(f"dtype {dtype} not supported (expected one of {cls.supported_dtypes})")
-        if (kv_cache_dtype or "auto") not in cls.supported_kv_cache_dtypes:
+        if not kv_cache_format.serves_kv_cache_dtype(kv_cache_dtype):
             reasons.append(
                 f"KV cache dtype {kv_cache_dtype!r} not supported (expected one of {cls.supported_kv_cache_dtypes})"
             )
@@ -658,7 +658,7 @@ class SparseMLAImpl:
             "KV sharing (kv_sharing_target_layer_name)": kv_sharing_target_layer_name is not None,
             f"attention type {attn_type!r} (attn_type; only 'decoder')": attn_type != "decoder",
             f"KV cache dtype {kv_cache_dtype!r} (kv_cache_dtype; only {SparseMLABackend.supported_kv_cache_dtypes})":
-                (kv_cache_dtype or "auto") not in SparseMLABackend.supported_kv_cache_dtypes,  # None: "auto"
+                not kv_cache_format.serves_kv_cache_dtype(kv_cache_dtype),
         }
         for feature, requested in unsupported.items():
             if requested:

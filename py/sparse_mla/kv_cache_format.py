@@ -58,6 +58,11 @@ KV_CACHE_DTYPES: Dict[str, KVCacheFormat] = {"auto": BF16, "bfloat16": BF16, "fp
 activation dtype)."""
 
 
+def serves_kv_cache_dtype(kv_cache_dtype: Optional[str]) -> bool:
+    """Whether ``kv_cache_dtype`` is one of :data:`KV_CACHE_DTYPES` (``None`` means ``"auto"``)."""
+    return (kv_cache_dtype or "auto") in KV_CACHE_DTYPES
+
+
 def format_of_kv_cache_dtype(kv_cache_dtype: Optional[str], name: str = "kv_cache_dtype") -> KVCacheFormat:
     """The format an engine's ``kv_cache_dtype`` string names (``None`` means ``"auto"``).
 
@@ -66,10 +71,9 @@ def format_of_kv_cache_dtype(kv_cache_dtype: Optional[str], name: str = "kv_cach
     ValueError
         Naming argument ``name`` and the served strings, when ``kv_cache_dtype`` is none of them.
     """
-    fmt = KV_CACHE_DTYPES.get(kv_cache_dtype or "auto")
-    if fmt is None:
+    if not serves_kv_cache_dtype(kv_cache_dtype):
         raise ValueError(f"sparse_mla: argument '{name}' expected one of {list(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
-    return fmt
+    return KV_CACHE_DTYPES[kv_cache_dtype or "auto"]
 
 
 def format_of_cache(name: str, kv_cache: object) -> KVCacheFormat:

@@ -267,15 +267,14 @@ def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cac
     TypeError
         ``num_heads`` or ``num_tokens`` not an int.
     ValueError
-        ``num_heads`` outside [1, 128], a negative ``num_tokens``, ``device_type`` not one of
-        :data:`DEVICE_TYPES`, or an unknown ``cache_format``.
+        ``num_heads`` outside [1, 128], a negative ``num_tokens``, an unknown ``cache_format``, or ``device_type``
+        not one of :data:`DEVICE_TYPES` (:func:`serves`).
     RuntimeError
         No route serves the step here (:func:`runnable`).
     """
     num_heads = check_num_heads("num_heads", num_heads)
     if check_int("num_tokens", num_tokens) < 0:
         raise ValueError(f"sparse_mla: argument 'num_tokens' expected >= 0, got {num_tokens}")
-    _check_device_type(device_type)
     return runnable(lookup(load_table(cache_format=cache_format), num_heads, num_tokens), device_type, cache_format,
                     device_index)
 
