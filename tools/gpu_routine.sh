@@ -7,7 +7,7 @@
 #   .device/bazel             the self-contained Bazel 2.1.0 (npm @bazel/bazel-linux_x64@2.1.0)
 #   .device/upstream.tar.xz   sgl-attn/ (with hopper/) and cutlass/ (include/, tools/util/include/)
 # Usage: tools/gpu_routine.sh [build] [decode_build] [test] [gpu_test] [pytest_suite] [libs] [wheel] [ab] [bench] [routing] [side_by_side] [model_step] [host_time] [libs_ab]
-#        [decode] [memcheck] [racecheck] [ncu] [wgmma_probe] [-- extra bench flags]
+#        [decode] [memcheck] [racecheck] [ncu] [ncu_fa3] [wgmma_probe] [-- extra bench flags]
 #   On the H200 `build test` from a cold start fits one call: build 150 s, test 109 s with the GPU tests side
 #   by side and the longest in shards (2026-12-01; one at a time the test step took 556 s).
 #   decode_build: only our decode op library (//cc:libsparse_mla_decode.so; seconds): for a GPU suite run
@@ -34,6 +34,9 @@
 #   decode: (after decode_build or build) our decode kernel's GPU tests, and the decode and Triton paths
 #   timed at small T (extra bench flags apply).
 #   ncu: Nsight Compute on the decode kernel at N = 16 and 128, T = 512 on fp8_ds_mla (after decode_build or build).
+#   ncu_fa3: Nsight Compute (--set full) on FA3's kernel and ours at the cell where FA3 leads most (bf16, N = 128,
+#   T = 512: the same 64 x 64 tiles, docs/decode-kernels.md), one launch each, as the ncu step writes them
+#   ($out/ncu_fa3/{fa3,decode}_bf16_128x512*); needs SPARSE_MLA_FA3_LIBRARY (or build).
 #   memcheck: our kernels' GPU tests (decode kernels, FA3 route's conversion) under compute-sanitizer
 #   memcheck, one process a test file as `bazel test` runs them (in one process the selection held 77 GiB of CUDA
 #   memory and ran out of an H100's 79 GiB once 337 tests had passed, 2026-12-07), all logs in memcheck.log
@@ -342,6 +345,26 @@ for step in "${steps[@]}"; do
         rc=$?
         echo "ncu N=$heads T=512 fp8_ds_mla: rc=$rc (see $report.log)" | tee -a "$out/summary.txt"
         sed -n '/^ *lines /,$p' "${report}_summary.txt" 2>/dev/null | tee -a "$out/summary.txt"  # the regions
+        [ "$rc" -eq 0 ] || status=$rc
+      done
+      ;;
+    ncu_fa3)
+      export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
+      export SPARSE_MLA_FA3_LIBRARY=${SPARSE_MLA_FA3_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_fa3.so}
+      mkdir -p "$out/ncu_fa3"
+      for path_kernel in fa3:FlashAttnFwdSm90 decode:sparse_decode; do  # (demangled names)
+        path=${path_kernel%%:*} report=$out/ncu_fa3/${path_kernel%%:*}_bf16_128x512
+        PYTHONPATH=py:tests ncu --kernel-name-base demangled --kernel-name "regex:${path_kernel#*:}" --launch-count 1 --set full \
+          --import-source yes --export "$report" --force-overwrite python3 tools/bench.py --paths="$path" --cache_formats=bfloat16 \
+          --heads=128 --tokens=512 --replays=1 --warmup_replays=0 --nocheck --out_dir="$out/ncu_fa3/bench_$path" \
+          > "$report.log" 2>&1 &&
+          ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log" &&
+          ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log" &&
+          python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" \
+            --opcodes_csv="${report}_opcodes.csv" > "${report}_summary.txt" 2>> "$report.log" &&
+          rm -f "$report.ncu-rep"
+        rc=$?
+        echo "ncu_fa3 $path bf16 N=128 T=512: rc=$rc (see $report.log)" | tee -a "$out/summary.txt"
         [ "$rc" -eq 0 ] || status=$rc
       done
       ;;
