@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kBlockThreads<kFp8>, 1) sparse_decode_tile64_k
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)  // two m64n128: one m64n256 would name 128 accumulators at once (C7602)
+      for (int h = 0; h < 2; ++h)  // two m64n128 (bf16 could take one m64n256: docs/decode-kernels.md)
         wgmma_m64n128k16_ss(out_acc[h], prob_desc.at(stage + kk * 32),
                             value_desc.at(stage + 2 * h * kTileAtomBytes + kk * 2048));
     wgmma_commit();
