@@ -95,6 +95,24 @@ test_counts() {
 }
 # The bench.csv of rounds 1..ROUNDS of NAME under DIR (DIR/NAME.ROUND/), comma-separated: round_csvs DIR NAME ROUNDS.
 round_csvs() { seq "$3" | sed "s|.*|$1/$2.&/bench.csv|" | paste -sd,; }
+# One launch at T = 512 under Nsight Compute: ncu_profile REPORT KERNEL [ncu flags] -- [bench flags]. Writes REPORT.log,
+# REPORT.csv (details page), REPORT_sass.csv (per SASS instruction) and tools/ncu_sass_summary.py's tables of it
+# (REPORT_summary.txt, _regions.csv, _opcodes.csv); the report (REPORT.ncu-rep) is kept where a step after the profile fails.
+ncu_profile() {
+  local report=$1 kernel=$2 ncu_flags=()
+  shift 2
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do ncu_flags+=("$1"); shift; done
+  shift
+  mkdir -p "$(dirname "$report")"
+  PYTHONPATH=py:tests ncu "${ncu_flags[@]}" --kernel-name "$kernel" --launch-count 1 --export "$report" --force-overwrite \
+    python3 tools/bench.py "$@" --tokens=512 --replays=1 --warmup_replays=0 --nocheck --out_dir="${report}_bench" \
+    > "$report.log" 2>&1 &&
+    ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log" &&
+    ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log" &&
+    python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" \
+      --opcodes_csv="${report}_opcodes.csv" > "${report}_summary.txt" 2>> "$report.log" &&
+    rm -f "$report.ncu-rep"
+}
 # The tree a libs_ab library runs with: its own .device/libs_NAME/tree (its branch's py, tests, tools), else this one.
 library_tree() { if [ -d ".device/libs_$1/tree" ]; then echo ".device/libs_$1/tree"; else echo .; fi; }
 # Runs tools/NAME.py with the flags given: as Bazel's //tools:NAME (building what it needs), or, where the caller set
@@ -324,47 +342,29 @@ for step in "${steps[@]}"; do
       ;;
     ncu)
       # The decode kernel at the two hardest fp8_ds_mla cells of the throughput grid (N = 16 and 128, T = 512), one
-      # launch each, under Nsight Compute (throughput, memory, occupancy, warp states, source counters):
-      # $out/ncu/*.csv, per SASS instruction its executed count and warp stall samples (*_sass.csv), and
-      # tools/ncu_sass_summary.py's tables of them by opcode and by barrier-to-barrier region (*_summary.txt,
-      # also as *_opcodes.csv and *_regions.csv). The report (*.ncu-rep) is kept where a step after the profile fails.
+      # launch each, under Nsight Compute (throughput, memory, occupancy, warp states, source counters), into $out/ncu/
+      # as ncu_profile writes them; the regions table (by barrier-to-barrier region) also into the summary.
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
-      mkdir -p "$out/ncu"
       for heads in 16 128; do
-        report=$out/ncu/decode_fp8_${heads}x512
-        PYTHONPATH=py:tests ncu --kernel-name regex:sparse_decode --launch-count 1 --section SpeedOfLight \
+        ncu_profile "$out/ncu/decode_fp8_${heads}x512" "regex:sparse_decode" --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section SchedulerStats --section SourceCounters --export "$report" --force-overwrite \
-          python3 tools/bench.py --paths=decode --cache_formats=fp8_ds_mla --heads=$heads --tokens=512 --replays=1 \
-          --warmup_replays=0 --nocheck --out_dir="$out/ncu/bench_$heads" > "$report.log" 2>&1 &&
-          ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log" &&
-          ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log" &&
-          python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" \
-            --opcodes_csv="${report}_opcodes.csv" > "${report}_summary.txt" 2>> "$report.log" &&
-          rm -f "$report.ncu-rep"
+          --section WarpStateStats --section SchedulerStats --section SourceCounters -- --paths=decode \
+          --cache_formats=fp8_ds_mla --heads=$heads
         rc=$?
-        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$rc (see $report.log)" | tee -a "$out/summary.txt"
-        sed -n '/^ *lines /,$p' "${report}_summary.txt" 2>/dev/null | tee -a "$out/summary.txt"  # the regions
+        echo "ncu N=$heads T=512 fp8_ds_mla: rc=$rc (see $out/ncu/decode_fp8_${heads}x512.log)" | tee -a "$out/summary.txt"
+        sed -n '/^ *lines /,$p' "$out/ncu/decode_fp8_${heads}x512_summary.txt" 2>/dev/null | tee -a "$out/summary.txt"
         [ "$rc" -eq 0 ] || status=$rc
       done
       ;;
     ncu_fa3)
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       export SPARSE_MLA_FA3_LIBRARY=${SPARSE_MLA_FA3_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_fa3.so}
-      mkdir -p "$out/ncu_fa3"
-      for path_kernel in fa3:FlashAttnFwdSm90 decode:sparse_decode; do  # (demangled names)
-        path=${path_kernel%%:*} report=$out/ncu_fa3/${path_kernel%%:*}_bf16_128x512
-        PYTHONPATH=py:tests ncu --kernel-name-base demangled --kernel-name "regex:${path_kernel#*:}" --launch-count 1 --set full \
-          --import-source yes --export "$report" --force-overwrite python3 tools/bench.py --paths="$path" --cache_formats=bfloat16 \
-          --heads=128 --tokens=512 --replays=1 --warmup_replays=0 --nocheck --out_dir="$out/ncu_fa3/bench_$path" \
-          > "$report.log" 2>&1 &&
-          ncu --import "$report.ncu-rep" --csv --page details > "$report.csv" 2>> "$report.log" &&
-          ncu --import "$report.ncu-rep" --csv --page source --print-source sass > "${report}_sass.csv" 2>> "$report.log" &&
-          python3 tools/ncu_sass_summary.py "${report}_sass.csv" --regions_csv="${report}_regions.csv" \
-            --opcodes_csv="${report}_opcodes.csv" > "${report}_summary.txt" 2>> "$report.log" &&
-          rm -f "$report.ncu-rep"
+      for path_kernel in fa3:FlashAttnFwdSm90 decode:sparse_decode; do  # demangled names
+        path=${path_kernel%%:*}
+        ncu_profile "$out/ncu_fa3/${path}_bf16_128x512" "regex:${path_kernel#*:}" --kernel-name-base demangled \
+          --set full --import-source yes -- --paths="$path" --cache_formats=bfloat16 --heads=128
         rc=$?
-        echo "ncu_fa3 $path bf16 N=128 T=512: rc=$rc (see $report.log)" | tee -a "$out/summary.txt"
+        echo "ncu_fa3 $path bf16 N=128 T=512: rc=$rc (see $out/ncu_fa3/${path}_bf16_128x512.log)" | tee -a "$out/summary.txt"
         [ "$rc" -eq 0 ] || status=$rc
       done
       ;;
