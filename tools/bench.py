@@ -65,10 +65,10 @@ GPU's queue holds, so the host is what is timed) and reports the median of ``--h
 CUDA device it runs on the CPU with ``T = 0`` (every check, the dispatch and the plan lookup, no kernel: the
 Triton interpreter would otherwise dominate).
 
-``--write_routing_table``: after the first pass over the grid, each format's grid of
-``py/sparse_mla/routing_table.json`` is rewritten from its columns (bf16 from ``<route>_us``, fp8_ds_mla from
+``--write_routing_table``: after the first pass over the grid, each format's grid of this GPU's routing table
+(``py/sparse_mla/routing_tables/<gpu>.json``, ``sparse_mla.routing.gpu_table_path``) is rewritten from its columns (bf16 from ``<route>_us``, fp8_ds_mla from
 ``<route>_fp8_us``, ``sparse_mla.routing.table_from_bench_rows``), where at least two routes that read the
-format were timed; then ``routed`` (and ``routed_fp8``) run with the new table.
+format were timed, and copied into ``--out_dir``; then ``routed`` (and ``routed_fp8``) run with the new table.
 
 ``--sweep``, ``--fa3_splits`` and ``--host_time`` can be combined in one run; the grid runs when
 none is given.
@@ -82,6 +82,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import shutil
 import statistics
 import subprocess
 import time
@@ -148,7 +149,8 @@ flags.DEFINE_enum("block_placement", "random", ["random", "contiguous"],
                   "consecutive (a fresh engine).")
 flags.DEFINE_bool("write_routing_table", False,
                   "Grid: after timing the routes at every point, write each cache format's grid of "
-                  "py/sparse_mla/routing_table.json from them (the fastest per point), then time 'routed' with it.")
+                  "this GPU's routing table (py/sparse_mla/routing_tables/) from them (the fastest per point), then "
+                  "time 'routed' with it.")
 flags.DEFINE_string("git_revision", "", "Revision to record; empty: ask git (machines given a copy without .git need this).")
 flags.DEFINE_bool("check", True, "Compare each path's output with the fp32 reference (rel err in the CSV).")
 flags.DEFINE_integer("precompile_workers", min(os.cpu_count() or 1, 16), "Processes compiling Triton kernels ahead; 0 = off.")
@@ -693,8 +695,10 @@ def run_grid(info: Dict[str, str]) -> None:
                 note(f"--write_routing_table: fewer than two routes that read the {f.name} cache were timed: "
                      f"its grid left as it was")
                 continue
-            routing.write_table(table, {**info, "source": "tools/bench.py --write_routing_table"}, cache_format=f.name)
-            print(f"wrote the {f.name} grid of {routing.ROUTING_TABLE}", flush=True)
+            path = routing.gpu_table_path(torch.cuda.get_device_name())
+            routing.write_table(table, {**info, "source": "tools/bench.py --write_routing_table"}, path, f.name)
+            shutil.copy(path, out_dir())  # under `bazel run` a new table lands in the runfiles, not the checkout
+            print(f"wrote the {f.name} grid of {path} (a copy in {out_dir()})", flush=True)
     if second_pass and inputs:
         warm_up(inputs[0][0], second_pass)
     for row, point_inputs in zip(rows, inputs):

@@ -48,8 +48,8 @@
 #   RACECHECK_TESTS / RACECHECK_SELECT narrow it (the whole selection takes more than one 600 s call).
 #   (tools/racecheck_probe/run.sh: racecheck on the swap-AB kernel's barrier protocol alone, every value checked.)
 #   bench: the grid into $OUT/bench/ (fa3_kernel, fa3, triton, decode on the bf16 cache, triton and decode on the
-#   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to
-#   py/sparse_mla/routing_table.json and copied to $OUT/bench/).
+#   fp8_ds_mla cache, then routed on each with the routing table those timings give, written to this GPU's
+#   py/sparse_mla/routing_tables/<gpu>.json and copied to $OUT/bench/).
 #   routing: the routing table from the whole grid, N 1..128 x T 1..8192 on both caches (bench's grid with routed timed
 #   on it, then T 2048..8192 at 64 tokens a request; tools/make_routing_table.py over both), into $OUT/routing/.
 #   side_by_side: the README's grid (results/2026-12-01-h200/): ours routed on both caches, the FA3 route, the decode
@@ -231,7 +231,6 @@ for step in "${steps[@]}"; do
       run_tool bench --out_dir="$out/bench" --write_routing_table "$@" \
         > "$out/bench/bench.log" 2>&1
       rc=$?
-      cp -f py/sparse_mla/routing_table.json "$out/bench/"
       tail -60 "$out/bench/bench.log"
       echo "bench: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
@@ -239,7 +238,8 @@ for step in "${steps[@]}"; do
     routing)
       # The routing table from the whole grid (results/2026-12-07-h100/routing/README.md): bench's pass over N 1..128 x
       # T 1..1024, one token a request, with routed timed on the table it writes (routing/grid/), then T 2048..8192 at 64
-      # tokens a request (routing/large/); tools/make_routing_table.py writes py/sparse_mla/routing_table.json from both.
+      # tokens a request (routing/large/); tools/make_routing_table.py writes this GPU's table
+      # (py/sparse_mla/routing_tables/<gpu>.json) from both.
       mkdir -p "$out/routing/grid" "$out/routing/large"
       run_tool bench --out_dir="$out/routing/grid" --write_routing_table --heads=1,8,16,32,64,128 \
         --tokens=1,2,4,8,12,16,30,32,64,128,256,512,1024 --paths=fa3,triton,decode,routed --replays=15 "$@" \
@@ -248,7 +248,7 @@ for step in "${steps[@]}"; do
           --tokens_per_request=64 --paths=fa3,triton,decode --replays=10 "$@" > "$out/routing/large/bench.log" 2>&1 &&
         PYTHONPATH=py python3 tools/make_routing_table.py "$out/routing/grid/bench.csv" "$out/routing/large/bench.csv"
       rc=$?
-      cp -f py/sparse_mla/routing_table.json "$out/routing/"
+      cp -f py/sparse_mla/routing_tables/*.json "$out/routing/"
       echo "routing: rc=$rc" | tee -a "$out/summary.txt"
       [ "$rc" -eq 0 ] || status=$rc
       ;;

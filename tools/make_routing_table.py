@@ -1,4 +1,5 @@
-"""Writes py/sparse_mla/routing_table.json from tools/bench.py grid CSVs: for each cache format, per (N, T) the
+"""Writes the routing table of the CSVs' GPU (py/sparse_mla/routing_tables/<gpu>.json, by the `gpu` line of their
+provenance: sparse_mla.routing.gpu_table_path) from tools/bench.py grid CSVs: for each cache format, per (N, T) the
 fastest route that reads it (sparse_mla.routing.table_from_bench_rows: the bf16 grid from the `<route>_us`
 columns, the fp8_ds_mla grid from the `<route>_fp8_us` columns); a format with fewer than two routes timed
 keeps its grid. Several CSVs (each timing the same routes, e.g. T <= 1024 at one token a request and larger T
@@ -10,6 +11,9 @@ Run: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir
 
 import argparse
 import json
+import os
+import re
+import sys
 from typing import List
 
 from sparse_mla import routing
@@ -23,6 +27,12 @@ def main(bench_csvs: List[str], merge: bool = False) -> None:
             if value not in provenance.get(key, "").split("; "):  # a value that differs between CSVs: each
                 provenance[key] = f"{provenance[key]}; {value}" if key in provenance else value
         rows += csv_rows
+    gpu = re.sub(r" \(\d+ SMs\)$", "", provenance.get("gpu", ""))  # tools/bench.py's "NAME (132 SMs)"
+    if not gpu or "; " in gpu:
+        sys.exit(f"make_routing_table: the CSVs' provenance expected one 'gpu', got {provenance.get('gpu')!r}")
+    path = routing.gpu_table_path(gpu)
+    if merge and not os.path.exists(path):
+        sys.exit(f"make_routing_table: --merge replaces rows of {path}, which does not exist (no table of {gpu})")
     for cache_format in routing.CACHE_FORMATS:
         table = routing.table_from_bench_rows(rows, cache_format)
         if table is None:
@@ -31,17 +41,17 @@ def main(bench_csvs: List[str], merge: bool = False) -> None:
         source = ", ".join(bench_csvs)
         if merge:
             measured = ", ".join(str(n) for n in table[0])
-            table = routing.with_rows_of(routing.load_table(cache_format=cache_format), table)
-            with open(routing.ROUTING_TABLE) as f:
+            table = routing.with_rows_of(routing.load_table(path, cache_format), table)
+            with open(path) as f:
                 old_source = json.load(f)[cache_format]["provenance"]["source"]
             source = f"{source} (rows N = {measured}); other rows: {old_source}"
-        routing.write_table(table, {**provenance, "source": source}, cache_format=cache_format)
-        print(f"{cache_format}: wrote its grid into {routing.ROUTING_TABLE}")
+        routing.write_table(table, {**provenance, "source": source}, path, cache_format)
+        print(f"{cache_format}: wrote its grid into {path}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(
-        description="Write py/sparse_mla/routing_table.json from tools/bench.py grid CSVs (run with "
+        description="Write the CSVs' GPU's py/sparse_mla/routing_tables/<gpu>.json from tools/bench.py grid CSVs (run with "
         'PYTHONPATH=py "$(tools/python_env.sh)").')
     parser.add_argument("bench_csvs", nargs="+", metavar="bench.csv", help="grid CSVs of tools/bench.py")
     parser.add_argument("--merge", action="store_true", help="replace only the CSVs' rows N of each grid")

@@ -123,7 +123,7 @@ class SparseMLABackend:
         name = f"compute capability {major}.{minor}"
         current = torch.cuda.is_available() and torch.cuda.get_device_capability() == (major, minor)
         triton_routed = any("triton" in row for fmt in routing.CACHE_FORMATS
-                            for row in routing.load_table(cache_format=fmt)[2].values())
+                            for row in routing.load_table(routing.device_table_path(), fmt)[2].values())
         if current and fa3.is_available() and not triton_routed:
             return []  # FA3 (and the decode kernel) serve every batch here; Triton is never routed to
         if (major, minor) < MIN_TRITON_COMPUTE_CAPABILITY:

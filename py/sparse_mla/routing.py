@@ -1,9 +1,10 @@
-"""Which route serves a step: the routing table, its lookup, and the fallbacks where a route cannot run.
+"""Which route serves a step: the routing tables, their lookup, and the fallbacks where a route cannot run.
 
-The choice is read from ``routing_table.json`` beside this file, which holds one grid per KV-cache format
-(keyed by the names of :mod:`sparse_mla.kv_cache_format`: ``"bfloat16"``, ``"fp8_ds_mla"``): for each
-measured head count ``N`` and padded token count ``T``, the fastest route reading that format in a
-benchmark run on a Hopper GPU (each grid's provenance, the GPU included, is in the file;
+The choice is read from the routing table of the step's GPU: ``routing_tables/<gpu>.json`` beside this file
+(:func:`table_path`; a GPU without a table of its own, and the CPU, take :data:`DEFAULT_GPU`'s). A table holds one
+grid per KV-cache format (keyed by the names of :mod:`sparse_mla.kv_cache_format`: ``"bfloat16"``,
+``"fp8_ds_mla"``): for each measured head count ``N`` and padded token count ``T``, the fastest route reading that
+format in a benchmark run on that GPU (each grid's provenance, the GPU included, is in the file;
 ``tools/bench.py --write_routing_table`` or ``tools/make_routing_table.py`` write it), named by the keys of
 :data:`sparse_mla.routes.ROUTES`. A step between measured points takes the entry of the next measured ``N`` and
 ``T`` at or above it (the largest beyond the table). Where the table's route cannot run here (e.g. FA3 without its
@@ -21,13 +22,19 @@ import csv
 import functools
 import json
 import os
+import re
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+import torch
 
 from sparse_mla.checks import check_int, check_num_heads
 from sparse_mla.kv_cache_format import BF16, FORMATS
 from sparse_mla.routes import ROUTES
 
-ROUTING_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routing_table.json")
+ROUTING_TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routing_tables")
+"""The folder of the routing tables, one file a GPU (:func:`gpu_table_path`)."""
+DEFAULT_GPU = "NVIDIA H100 80GB HBM3"
+"""The GPU whose table serves a GPU without a table of its own, and the CPU."""
 TABLE_RULE = "per (N, T) the route with the lowest CUDA-graph replay median, the earlier of sparse_mla.routes.ROUTES on a tie"
 """How :func:`table_from_timings` chooses; :func:`write_table` records it in the provenance."""
 
@@ -48,9 +55,38 @@ def _read_file(path: str) -> dict:
         return json.load(f)
 
 
+def gpu_table_path(gpu: str) -> str:
+    """The routing-table file of GPU ``gpu`` (its CUDA device name, as ``torch.cuda.get_device_name`` gives it),
+    whether or not it exists: :data:`ROUTING_TABLES`/ the name in lower case, each run of characters other than
+    letters and digits as ``_``, ``.json`` (``"NVIDIA H100 80GB HBM3"``: ``nvidia_h100_80gb_hbm3.json``)."""
+    return os.path.join(ROUTING_TABLES, re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_") + ".json")
+
+
+def table_path(gpu: Optional[str] = None) -> str:
+    """The routing table that serves GPU ``gpu``: its own (:func:`gpu_table_path`) where it exists, else
+    :data:`DEFAULT_GPU`'s (also for ``None``: the CPU)."""
+    own = gpu_table_path(gpu) if gpu is not None else None
+    return own if own is not None and os.path.exists(own) else gpu_table_path(DEFAULT_GPU)
+
+
 @functools.lru_cache(maxsize=None)
-def load_table(path: str = ROUTING_TABLE, cache_format: str = BF16.name) -> Table:
-    """The grid of ``cache_format`` in the routing-table file ``path`` (read once per path and format).
+def _device_name(device_index: Optional[int]) -> Optional[str]:
+    return torch.cuda.get_device_name(device_index) if torch.cuda.is_available() else None
+
+
+def device_table_path(device_type: str = "cuda", device_index: Optional[int] = None) -> str:
+    """The routing table that serves tensors on a device of ``device_type``: for ``"cuda"``, that of CUDA device
+    ``device_index`` (the current one when ``None``) by its name; for the CPU (or no CUDA device),
+    :data:`DEFAULT_GPU`'s."""
+    if device_type != "cuda" or not torch.cuda.is_available():
+        return table_path()
+    return table_path(_device_name(torch.cuda.current_device() if device_index is None else device_index))
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(path: Optional[str] = None, cache_format: str = BF16.name) -> Table:
+    """The grid of ``cache_format`` in the routing-table file ``path`` (:func:`table_path`'s default when
+    ``None``; read once per path and format).
 
     The file maps each cache-format name to a grid: ``"provenance"``, ``"heads"`` and ``"tokens"`` (the
     measured N and T) and ``"kernel"``, an object mapping each measured N (a string) to one route name per
@@ -64,6 +100,7 @@ def load_table(path: str = ROUTING_TABLE, cache_format: str = BF16.name) -> Tabl
         ``cache_format`` (``Route.cache_formats``), or has a row of the wrong length.
     """
     _check_cache_format(cache_format)
+    path = table_path() if path is None else path
     grids = _read_file(path)
     if cache_format not in grids:
         raise ValueError(f"sparse_mla: {path}: expected a grid for the {cache_format} cache, got {sorted(grids)}")
@@ -165,13 +202,14 @@ def table_from_bench_rows(rows: Iterable[Mapping[str, object]], cache_format: st
     return table_from_timings(us, cache_format)
 
 
-def write_table(table: Table, provenance: Dict[str, str], path: str = ROUTING_TABLE, cache_format: str = BF16.name) -> None:
+def write_table(table: Table, provenance: Dict[str, str], path: str, cache_format: str = BF16.name) -> None:
     """Write ``table`` as the grid of ``cache_format``, with its provenance (and :data:`TABLE_RULE`), into the
-    file ``path``, keeping the file's grids of the other formats; one line per list so diffs read as
+    file ``path``, keeping the file's grids of the other formats (a new file starts from :data:`DEFAULT_GPU`'s, so
+    that it serves every format; each grid's provenance names its GPU); one line per list so diffs read as
     changed choices."""
     _check_cache_format(cache_format)
     heads, tokens, route = table
-    grids = _read_file(path) if os.path.exists(path) else {}
+    grids = _read_file(path if os.path.exists(path) else table_path())
     grids[cache_format] = {"provenance": {**provenance, "rule": TABLE_RULE}, "heads": heads, "tokens": tokens,
                            "kernel": {str(n): route[n] for n in heads}}
     names = [name for name in CACHE_FORMATS if name in grids]
@@ -259,8 +297,9 @@ def runnable(name: str, device_type: str = "cuda", cache_format: str = BF16.name
 def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name,
                  device_index: Optional[int] = None) -> str:
     """The route of a step of ``num_tokens`` (padded) query tokens of ``num_heads`` heads on a cache of format
-    ``cache_format`` on CUDA device ``device_index`` (the current one when ``None``): the checked-in table's,
-    or its fallback where that one cannot serve the step (:func:`runnable`). Host-side only (no device work).
+    ``cache_format`` on CUDA device ``device_index`` (the current one when ``None``): the route of that GPU's
+    routing table (:func:`device_table_path`), or its fallback where that one cannot serve the step
+    (:func:`runnable`). Host-side only (no device work).
 
     Raises
     ------
@@ -275,8 +314,8 @@ def choose_route(num_heads: int, num_tokens: int, device_type: str = "cuda", cac
     num_heads = check_num_heads("num_heads", num_heads)
     if check_int("num_tokens", num_tokens) < 0:
         raise ValueError(f"sparse_mla: argument 'num_tokens' expected >= 0, got {num_tokens}")
-    return runnable(lookup(load_table(cache_format=cache_format), num_heads, num_tokens), device_type, cache_format,
-                    device_index)
+    table = load_table(device_table_path(device_type, device_index), cache_format)
+    return runnable(lookup(table, num_heads, num_tokens), device_type, cache_format, device_index)
 
 
 def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda", cache_format: str = BF16.name,
@@ -290,7 +329,7 @@ def routes_up_to(num_heads: int, max_num_tokens: int, device_type: str = "cuda",
         As :func:`choose_route`, for ``max_num_tokens`` as for ``num_tokens``.
     """
     max_num_tokens = check_int("max_num_tokens", max_num_tokens)
-    _, tokens, _ = load_table(cache_format=cache_format)
+    _, tokens, _ = load_table(device_table_path(device_type, device_index), cache_format)
     points = [t for t in tokens if t < max_num_tokens] + [max_num_tokens]
     chosen = {choose_route(num_heads, t, device_type, cache_format, device_index) for t in points}
     return [name for name in ROUTES if name in chosen]

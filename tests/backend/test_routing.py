@@ -32,12 +32,20 @@ def test_lookup_takes_the_next_measured_point(num_heads, num_tokens, expected):
     assert routing.lookup(TABLE, num_heads, num_tokens) == expected
 
 
-def test_checked_in_table_has_a_complete_grid_per_cache_format_with_provenance():
-    with open(routing.ROUTING_TABLE) as f:
+TABLE_FILES = sorted(pathlib.Path(routing.ROUTING_TABLES).glob("*.json"))
+
+
+def _gpu(provenance):
+    return re.sub(r" \(\d+ SMs\)$", "", provenance["gpu"])  # tools/bench.py's "NAME (132 SMs)"
+
+
+@pytest.mark.parametrize("path", TABLE_FILES, ids=lambda path: path.name)
+def test_checked_in_tables_have_a_complete_grid_per_cache_format_with_provenance(path):
+    with open(path) as f:
         grids = json.load(f)
     assert sorted(grids) == sorted(routing.CACHE_FORMATS) == ["bfloat16", "fp8_ds_mla"]
     for cache_format in routing.CACHE_FORMATS:
-        heads, tokens, kernel = routing.load_table(cache_format=cache_format)  # raises on a route that cannot read it
+        heads, tokens, kernel = routing.load_table(str(path), cache_format)  # raises on a route that cannot read it
         assert heads and tokens and set(kernel) == set(heads), cache_format
         provenance = grids[cache_format]["provenance"]
         measured = ("date", "gpu", "driver", "torch", "triton", "git", "source", "rule")
@@ -47,26 +55,43 @@ def test_checked_in_table_has_a_complete_grid_per_cache_format_with_provenance()
             continue
         for key in measured:
             assert provenance.get(key), f"{cache_format} provenance expected '{key}', got {provenance}"
-    assert routing.load_table() == routing.load_table(cache_format="bfloat16"), "the default grid is bf16's"
+    assert routing.gpu_table_path(_gpu(grids["bfloat16"]["provenance"])) == str(path), "a file is named by its GPU"
+    assert routing.load_table(str(path)) == routing.load_table(str(path), "bfloat16"), "the default grid is bf16's"
+
+
+def test_each_gpu_takes_its_own_table_and_any_other_the_default_gpus():
+    default = routing.gpu_table_path(routing.DEFAULT_GPU)
+    assert pathlib.Path(default) in TABLE_FILES and default.endswith("routing_tables/nvidia_h100_80gb_hbm3.json")
+    assert routing.gpu_table_path("NVIDIA H200") == str(pathlib.Path(routing.ROUTING_TABLES) / "nvidia_h200.json")
+    for path in TABLE_FILES:
+        with open(path) as f:
+            gpu = _gpu(json.load(f)["bfloat16"]["provenance"])
+        assert routing.table_path(gpu) == str(path)
+    assert routing.table_path("NVIDIA GeForce RTX 4090") == routing.table_path() == default  # no table of its own
+    assert routing.device_table_path("cpu") == default
+    here = routing.table_path(torch.cuda.get_device_name()) if torch.cuda.is_available() else default
+    assert routing.device_table_path("cuda") == here
+    assert routing.load_table() == routing.load_table(default)
 
 
 ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
 
 
+@pytest.mark.parametrize("path", TABLE_FILES, ids=lambda path: path.name)
 @pytest.mark.parametrize("cache_format", routing.CACHE_FORMATS)
-def test_checked_in_table_is_its_sources_fastest_routes(cache_format):
+def test_checked_in_tables_are_their_sources_fastest_routes(path, cache_format):
     """The provenance's CSVs are in the repository and give the checked-in grid (tools/make_routing_table.py's rule),
     so a table cannot name a measurement that is not committed or drift from it."""
-    with open(routing.ROUTING_TABLE) as f:
+    with open(path) as f:
         source = json.load(f)[cache_format]["provenance"]["source"]
     paths = re.findall(r"[^\s,;()]+\.csv", source)
     assert paths, f"{cache_format} provenance 'source' names no CSV: {source!r}"
-    missing = [path for path in paths if not (ROOT / path).is_file()]
+    missing = [csv for csv in paths if not (ROOT / csv).is_file()]
     assert not missing, f"{cache_format} provenance 'source' names CSVs not in the repository: {missing}"
     if "other rows" in source:  # a --merge of several runs: the rows' split is not recorded, only the files
         return
-    rows = [row for path in paths for row in routing.read_bench_csv(str(ROOT / path))[1]]
-    assert routing.table_from_bench_rows(rows, cache_format) == routing.load_table(cache_format=cache_format)
+    rows = [row for csv in paths for row in routing.read_bench_csv(str(ROOT / csv))[1]]
+    assert routing.table_from_bench_rows(rows, cache_format) == routing.load_table(str(path), cache_format)
 
 
 def _write_grids(path, grids):
@@ -108,6 +133,18 @@ def test_write_table_replaces_one_format_and_keeps_the_others(tmp_path):
     assert list(grids) == ["bfloat16", "fp8_ds_mla"]
     assert grids["fp8_ds_mla"]["provenance"] == {"source": "second", "rule": routing.TABLE_RULE}
     assert grids["bfloat16"]["provenance"] == {"source": "third", "rule": routing.TABLE_RULE}
+
+
+def test_a_new_gpus_table_starts_from_the_default_gpus_grids(tmp_path):
+    """A table written for a GPU without one serves every format at once: the grids not written are the default
+    GPU's, their provenance (its GPU) kept."""
+    path = str(tmp_path / "new_gpu.json")
+    bf16 = ([16], [1, 8], {16: ["decode", "fa3"]})
+    routing.write_table(bf16, {"source": "new", "gpu": "NEW GPU (8 SMs)"}, path)
+    assert routing.load_table(path) == bf16
+    assert routing.load_table(path, "fp8_ds_mla") == routing.load_table(cache_format="fp8_ds_mla")
+    with open(path) as f, open(routing.table_path()) as g:
+        assert json.load(f)["fp8_ds_mla"]["provenance"] == json.load(g)["fp8_ds_mla"]["provenance"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of machines without FA3")
