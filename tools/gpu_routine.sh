@@ -164,25 +164,35 @@ for step in "${steps[@]}"; do
       [ "$rc" -eq 0 ] || status=$rc
       ;;
     pytest_suite)
-      # The GPU suite without a build: each tests/*/*_gpu.py under pytest, SUITE_LANES (3) files side by side, each within
-      # SUITE_TIMEOUT s (240), against SPARSE_MLA_DECODE_LIBRARY and SPARSE_MLA_FA3_LIBRARY (built on the CPU by
-      # tools/build_device_libs.sh; else bazel-bin's); a line a file, the logs in suite.log.
+      # The GPU suite without a build: each tests/*/*_gpu.py under pytest (tools/testing/pytest_main.py, in the shards
+      # tests/BUILD.bazel's GPU_TEST_SHARDS cuts it into, as bazel test does), SUITE_LANES (3) units side by side, each
+      # within SUITE_TIMEOUT s (240), against SPARSE_MLA_DECODE_LIBRARY and SPARSE_MLA_FA3_LIBRARY (built on the CPU by
+      # tools/build_device_libs.sh; else bazel-bin's); a line a unit, the logs in suite.log.
       export SPARSE_MLA_DECODE_LIBRARY=${SPARSE_MLA_DECODE_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_decode.so}
       export SPARSE_MLA_FA3_LIBRARY=${SPARSE_MLA_FA3_LIBRARY:-$PWD/bazel-bin/cc/libsparse_mla_fa3.so}
-      suite_files=(tests/*/*_gpu.py)
+      units=()  # FILE:SHARD:SHARDS
+      for file in tests/*/*_gpu.py; do
+        name=${file#tests/}
+        shards=$(sed -n "s|^ *\"${name%.py}\": *\([0-9]*\),.*|\1|p" tests/BUILD.bazel)
+        for shard in $(seq 0 $(( ${shards:-1} - 1 ))); do units+=("$file:$shard:${shards:-1}"); done
+      done
       lanes=${SUITE_LANES:-3}
       for lane in $(seq 0 $(( lanes - 1 ))); do
-        for i in "${!suite_files[@]}"; do
+        for i in "${!units[@]}"; do
           [ $(( i % lanes )) -eq "$lane" ] || continue
-          file=${suite_files[$i]} log=$out/suite.$(basename "${suite_files[$i]}" .py).log
-          PYTHONPATH=py:tests timeout "${SUITE_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$file" > "$log" 2>&1
+          IFS=: read -r file shard shards <<< "${units[$i]}"
+          log=$out/suite.$(basename "$file" .py).$shard.log
+          TEST_TOTAL_SHARDS=$shards TEST_SHARD_INDEX=$shard PYTHONPATH=py:tests timeout "${SUITE_TIMEOUT:-240}" \
+            python3 tools/testing/pytest_main.py "$file" > "$log" 2>&1
           echo "$?" > "$log.rc"
-          echo "pytest_suite $file: rc=$(cat "$log.rc") $(tail -1 "$log")" | tee -a "$out/summary.txt"
+          echo "pytest_suite $file (shard $((shard + 1)) of $shards): rc=$(cat "$log.rc") $(tail -1 "$log")" |
+            tee -a "$out/summary.txt"
         done &
       done
       wait
-      for file in "${suite_files[@]}"; do
-        log=$out/suite.$(basename "$file" .py).log
+      for unit in "${units[@]}"; do
+        IFS=: read -r file shard _ <<< "$unit"
+        log=$out/suite.$(basename "$file" .py).$shard.log
         [ "$(cat "$log.rc")" -eq 0 ] || status=1
         cat "$log" >> "$out/suite.log" && rm -f "$log" "$log.rc"
       done
