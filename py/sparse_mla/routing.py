@@ -58,13 +58,32 @@ def _read_file(path: str) -> dict:
 def gpu_table_path(gpu: str) -> str:
     """The routing-table file of GPU ``gpu`` (its CUDA device name, as ``torch.cuda.get_device_name`` gives it),
     whether or not it exists: :data:`ROUTING_TABLES`/ the name in lower case, each run of characters other than
-    letters and digits as ``_``, ``.json`` (``"NVIDIA H100 80GB HBM3"``: ``nvidia_h100_80gb_hbm3.json``)."""
-    return os.path.join(ROUTING_TABLES, re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_") + ".json")
+    letters and digits as ``_``, ``.json`` (``"NVIDIA H100 80GB HBM3"``: ``nvidia_h100_80gb_hbm3.json``).
+
+    Raises
+    ------
+    TypeError
+        ``gpu`` not a string.
+    ValueError
+        ``gpu`` without a letter or digit.
+    """
+    if not isinstance(gpu, str):
+        raise TypeError(f"sparse_mla: argument 'gpu' expected a CUDA device name (str), got {type(gpu).__name__} {gpu!r}")
+    stem = re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_")
+    if not stem:
+        raise ValueError(f"sparse_mla: argument 'gpu' expected a CUDA device name, got {gpu!r}")
+    return os.path.join(ROUTING_TABLES, stem + ".json")
 
 
 def table_path(gpu: Optional[str] = None) -> str:
     """The routing table that serves GPU ``gpu``: its own (:func:`gpu_table_path`) where it exists, else
-    :data:`DEFAULT_GPU`'s (also for ``None``: the CPU)."""
+    :data:`DEFAULT_GPU`'s (also for ``None``: the CPU).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`gpu_table_path`.
+    """
     own = gpu_table_path(gpu) if gpu is not None else None
     return own if own is not None and os.path.exists(own) else gpu_table_path(DEFAULT_GPU)
 
@@ -77,10 +96,26 @@ def _device_name(device_index: Optional[int]) -> Optional[str]:
 def device_table_path(device_type: str = "cuda", device_index: Optional[int] = None) -> str:
     """The routing table that serves tensors on a device of ``device_type``: for ``"cuda"``, that of CUDA device
     ``device_index`` (the current one when ``None``) by its name; for the CPU (or no CUDA device),
-    :data:`DEFAULT_GPU`'s."""
+    :data:`DEFAULT_GPU`'s.
+
+    Raises
+    ------
+    TypeError
+        ``device_index`` neither ``None`` nor an int.
+    ValueError
+        ``device_type`` not one of :data:`DEVICE_TYPES`, or ``device_index`` not a CUDA device of this machine.
+    """
+    _check_device_type(device_type)
+    if device_index is not None:
+        device_index = check_int("device_index", device_index)
     if device_type != "cuda" or not torch.cuda.is_available():
         return table_path()
-    return table_path(_device_name(torch.cuda.current_device() if device_index is None else device_index))
+    if device_index is None:
+        device_index = torch.cuda.current_device()
+    elif not 0 <= device_index < torch.cuda.device_count():
+        raise ValueError(f"sparse_mla: argument 'device_index' expected a CUDA device in [0, "
+                         f"{torch.cuda.device_count()}), got {device_index}")
+    return table_path(_device_name(device_index))
 
 
 @functools.lru_cache(maxsize=None)

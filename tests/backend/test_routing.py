@@ -74,6 +74,29 @@ def test_each_gpu_takes_its_own_table_and_any_other_the_default_gpus():
     assert routing.load_table() == routing.load_table(default)
 
 
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: routing.gpu_table_path(None), TypeError, "argument 'gpu' expected a CUDA device name \\(str\\), got NoneType"),
+        (lambda: routing.table_path(9.0), TypeError, "argument 'gpu' expected a CUDA device name \\(str\\), got float"),
+        (lambda: routing.gpu_table_path(" - "), ValueError, "argument 'gpu' expected a CUDA device name, got ' - '"),
+        (lambda: routing.device_table_path("meta"), ValueError, "argument 'device_type' expected one of"),
+        (lambda: routing.device_table_path("cuda", "0"), TypeError, "argument 'device_index' expected an int, got str"),
+    ],
+)
+def test_table_paths_name_bad_arguments(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_device_table_path_names_a_device_this_machine_lacks():
+    if not torch.cuda.is_available():
+        assert routing.device_table_path("cuda", 99) == routing.table_path()  # no CUDA device: the default table
+        return
+    with pytest.raises(ValueError, match=r"argument 'device_index' expected a CUDA device in \[0, \d+\), got 99"):
+        routing.device_table_path("cuda", 99)
+
+
 ROOT = pathlib.Path(__file__).parents[2]  # the checkout, or its runfiles tree under Bazel
 
 
