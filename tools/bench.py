@@ -66,9 +66,10 @@ CUDA device it runs on the CPU with ``T = 0`` (every check, the dispatch and the
 Triton interpreter would otherwise dominate).
 
 ``--write_routing_table``: after the first pass over the grid, each format's grid of this GPU's routing table
-(``py/sparse_mla/routing_tables/<gpu>.json``, ``sparse_mla.routing.gpu_table_path``) is rewritten from its columns (bf16 from ``<route>_us``, fp8_ds_mla from
-``<route>_fp8_us``, ``sparse_mla.routing.table_from_bench_rows``), where at least two routes that read the
-format were timed, and copied into ``--out_dir``; then ``routed`` (and ``routed_fp8``) run with the new table.
+(``py/sparse_mla/routing_tables/<gpu>.json``, ``sparse_mla.routing.gpu_table_path``) is rewritten from its
+columns (bf16 from ``<route>_us``, fp8_ds_mla from ``<route>_fp8_us``,
+``sparse_mla.routing.table_from_bench_rows``), where at least two routes that read the format were timed, and
+the table is copied into ``--out_dir``; then ``routed`` (and ``routed_fp8``) run with the new table.
 
 ``--sweep``, ``--fa3_splits`` and ``--host_time`` can be combined in one run; the grid runs when
 none is given.
@@ -689,16 +690,17 @@ def run_grid(info: Dict[str, str]) -> None:
         rows.append(row)
         inputs.append((copies, refs) if second_pass else None)
     if FLAGS.write_routing_table:
+        path = routing.gpu_table_path(torch.cuda.get_device_name())
         for f in formats:
             table = routing.table_from_bench_rows(rows, f.name)
             if table is None:
                 note(f"--write_routing_table: fewer than two routes that read the {f.name} cache were timed: "
                      f"its grid left as it was")
                 continue
-            path = routing.gpu_table_path(torch.cuda.get_device_name())
             routing.write_table(table, {**info, "source": "tools/bench.py --write_routing_table"}, path, f.name)
-            shutil.copy(path, out_dir())  # under `bazel run` a new table lands in the runfiles, not the checkout
-            print(f"wrote the {f.name} grid of {path} (a copy in {out_dir()})", flush=True)
+            print(f"wrote the {f.name} grid of {path}", flush=True)
+        if os.path.exists(path):  # under `bazel run` a new table lands in the runfiles, not the checkout: a copy
+            shutil.copy(path, out_dir())
     if second_pass and inputs:
         warm_up(inputs[0][0], second_pass)
     for row, point_inputs in zip(rows, inputs):

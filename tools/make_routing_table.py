@@ -12,7 +12,6 @@ Run: PYTHONPATH=py "$(tools/python_env.sh)" tools/make_routing_table.py <out_dir
 import argparse
 import json
 import os
-import re
 import sys
 from typing import List
 
@@ -27,7 +26,7 @@ def main(bench_csvs: List[str], merge: bool = False) -> None:
             if value not in provenance.get(key, "").split("; "):  # a value that differs between CSVs: each
                 provenance[key] = f"{provenance[key]}; {value}" if key in provenance else value
         rows += csv_rows
-    gpu = re.sub(r" \(\d+ SMs\)$", "", provenance.get("gpu", ""))  # tools/bench.py's "NAME (132 SMs)"
+    gpu = routing.gpu_of_provenance(provenance.get("gpu", ""))
     if not gpu or "; " in gpu:
         sys.exit(f"make_routing_table: the CSVs' provenance expected one 'gpu', got {provenance.get('gpu')!r}")
     path = routing.gpu_table_path(gpu)

@@ -89,8 +89,8 @@ def table_path(gpu: Optional[str] = None) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _device_name(device_index: Optional[int]) -> Optional[str]:
-    return torch.cuda.get_device_name(device_index) if torch.cuda.is_available() else None
+def _device_name(device_index: int) -> str:
+    return torch.cuda.get_device_name(device_index)
 
 
 def device_table_path(device_type: str = "cuda", device_index: Optional[int] = None) -> str:
@@ -204,6 +204,11 @@ def bench_column(path: str, cache_format: str = BF16.name) -> str:
     ``_over_bound``."""
     _check_cache_format(cache_format)
     return path if cache_format == BF16.name else f"{path}_fp8"
+
+
+def gpu_of_provenance(gpu: str) -> str:
+    """The CUDA device name in a ``tools/bench.py`` provenance ``gpu`` value (``"NAME (132 SMs)"``)."""
+    return re.sub(r" \(\d+ SMs\)$", "", gpu)
 
 
 def read_bench_csv(path: str) -> Tuple[Dict[str, str], List[Dict[str, str]]]:

@@ -35,10 +35,6 @@ def test_lookup_takes_the_next_measured_point(num_heads, num_tokens, expected):
 TABLE_FILES = sorted(pathlib.Path(routing.ROUTING_TABLES).glob("*.json"))
 
 
-def _gpu(provenance):
-    return re.sub(r" \(\d+ SMs\)$", "", provenance["gpu"])  # tools/bench.py's "NAME (132 SMs)"
-
-
 @pytest.mark.parametrize("path", TABLE_FILES, ids=lambda path: path.name)
 def test_checked_in_tables_have_a_complete_grid_per_cache_format_with_provenance(path):
     with open(path) as f:
@@ -55,7 +51,7 @@ def test_checked_in_tables_have_a_complete_grid_per_cache_format_with_provenance
             continue
         for key in measured:
             assert provenance.get(key), f"{cache_format} provenance expected '{key}', got {provenance}"
-    assert routing.gpu_table_path(_gpu(grids["bfloat16"]["provenance"])) == str(path), "a file is named by its GPU"
+    assert routing.gpu_table_path(routing.gpu_of_provenance(grids["bfloat16"]["provenance"]["gpu"])) == str(path), "a file is named by its GPU"
     assert routing.load_table(str(path)) == routing.load_table(str(path), "bfloat16"), "the default grid is bf16's"
 
 
@@ -65,7 +61,7 @@ def test_each_gpu_takes_its_own_table_and_any_other_the_default_gpus():
     assert routing.gpu_table_path("NVIDIA H200") == str(pathlib.Path(routing.ROUTING_TABLES) / "nvidia_h200.json")
     for path in TABLE_FILES:
         with open(path) as f:
-            gpu = _gpu(json.load(f)["bfloat16"]["provenance"])
+            gpu = routing.gpu_of_provenance(json.load(f)["bfloat16"]["provenance"]["gpu"])
         assert routing.table_path(gpu) == str(path)
     assert routing.table_path("NVIDIA GeForce RTX 4090") == routing.table_path() == default  # no table of its own
     assert routing.device_table_path("cpu") == default
@@ -243,6 +239,11 @@ def test_with_rows_of_replaces_the_measured_rows_at_the_grid_tokens():
         [16, 32, 64], [1, 128], {16: ["decode", "decode"], 32: ["decode", "fa3"], 64: ["fa3", "triton"]})
     with pytest.raises(ValueError, match=r"argument 'rows' expected every T of the grid \[1, 128\], misses \[128\]"):
         routing.with_rows_of(base, ([16], [1, 64], {16: ["decode", "fa3"]}))
+
+
+def test_gpu_of_provenance_drops_the_sm_count():
+    assert routing.gpu_of_provenance("NVIDIA H100 80GB HBM3 (132 SMs)") == "NVIDIA H100 80GB HBM3"
+    assert routing.gpu_of_provenance("NVIDIA H200") == "NVIDIA H200"
 
 
 def test_bench_columns_keep_the_bf16_names_and_mark_fp8():
